@@ -1,0 +1,7 @@
+"""opentc_launcher: runs a training script on PyTorch/XLA (PJRT), one process per device.
+
+`opentc-run` is the command (torchrun's options plus a few of its own); `opentc_launcher.worker` is the
+bootstrap each worker process runs before it hands control to the user's script.
+"""
+
+__version__ = "0.1.0"

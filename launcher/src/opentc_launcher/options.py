@@ -1,0 +1,71 @@
+"""Worker options: what the launcher (or the SageMaker toolkit) decides for every worker.
+
+They travel on the worker's command line (`python -m opentc_launcher.worker [options] script args`),
+not through the launcher's own environment, so nothing is configured by mutating `os.environ`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+RUNTIMES = ("xla", "torch")
+XLA_DEVICES = ("auto", "CUDA", "CPU", "TPU")
+CPU_MULTI_WORKER_POLICIES = ("refuse", "unsynchronized")
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    # xla: prepare PyTorch/XLA before the script runs; torch: plain PyTorch, torch_xla is never imported.
+    runtime: str = "xla"
+    # PJRT device; auto = CUDA when torch sees a GPU, else CPU.
+    xla_device: str = "auto"
+    # What to do with several XLA:CPU workers, which cannot all-reduce across processes.
+    cpu_multi_worker: str = "refuse"
+    # Where each worker writes its compile report (JSON); empty = no report.
+    compile_report_dir: str = ""
+    # Persistent compilation cache root (one sub-folder per rank); empty = no persistent cache.
+    compile_cache_dir: str = ""
+    # Stop the worker once it has compiled more than this many graphs; 0 = no limit.
+    max_compilations: int = 0
+    # Steps (syncs) after which a new graph counts as a recompilation worth a warning.
+    warmup_steps: int = 5
+
+    def to_argv(self) -> list[str]:
+        """The worker command-line options that reproduce these options."""
+        argv: list[str] = []
+        for f in fields(self):
+            argv += [f"--{f.name.replace('_', '-')}", str(getattr(self, f.name))]
+        return argv
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> "WorkerOptions":
+        return cls(**{f.name: getattr(ns, f.name) for f in fields(cls)})
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the worker options to a parser (the worker's own, or opentc-run's)."""
+    group = parser.add_argument_group("PyTorch/XLA worker options")
+    d = WorkerOptions()
+    group.add_argument("--runtime", choices=RUNTIMES, default=d.runtime,
+                       help="xla: run the script on PyTorch/XLA; torch: plain PyTorch (torch_xla untouched)")
+    group.add_argument("--xla-device", choices=XLA_DEVICES, default=d.xla_device,
+                       help="PJRT device; auto: PJRT_DEVICE if set, else CUDA when a GPU is visible, else CPU")
+    group.add_argument("--cpu-multi-worker", choices=CPU_MULTI_WORKER_POLICIES, default=d.cpu_multi_worker,
+                       help="several XLA:CPU workers cannot all-reduce across processes: refuse to start "
+                            "(default) or run them as unsynchronised replicas with a loud warning")
+    group.add_argument("--compile-report-dir", default=d.compile_report_dir, metavar="DIR",
+                       help="write each worker's compile report (JSON) into DIR")
+    group.add_argument("--compile-cache-dir", default=d.compile_cache_dir, metavar="DIR",
+                       help="persistent compilation cache root (one sub-folder per rank)")
+    group.add_argument("--max-compilations", type=_non_negative_int, default=d.max_compilations, metavar="N",
+                       help="stop with an error once a worker has compiled more than N graphs (0: no limit)")
+    group.add_argument("--warmup-steps", type=_non_negative_int, default=d.warmup_steps, metavar="N",
+                       help="graphs compiled after N steps are reported as recompilations")

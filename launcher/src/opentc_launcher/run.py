@@ -1,0 +1,143 @@
+"""`opentc-run`: torchrun for PyTorch/XLA.
+
+    opentc-run --nproc-per-node 8 train.py --epochs 3
+    opentc-run --nnodes 2 --node-rank 0 --master-addr algo-1 --master-port 29500 --nproc-per-node 8 train.py
+
+It takes every torchrun option (and the PET_* / standard variables torchrun honours), runs each worker
+under `opentc_launcher.worker`, and, when a worker fails, exits with that worker's exit code (a death by
+signal N gives 128 + N) instead of torchrun's blanket 1. `--failure-report FILE` also writes the failure
+as JSON for a supervisor.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import sys
+import tempfile
+from dataclasses import replace
+from typing import NoReturn, Optional
+
+from .errors import FailureRecord, normalise_exit_code, read_error_file, tail
+from .options import WorkerOptions, add_worker_arguments
+from .runtime import LaunchRefused, check_cpu_multi_worker, resolve_xla_device
+from .worker import EXIT_LAUNCH_REFUSED, configure_logging
+
+log = logging.getLogger("opentc_launcher")
+
+EXIT_RENDEZVOUS_FAILED = 3
+
+
+def build_parser():
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = "opentc-run"
+    parser.description = ("Launch a training script on PyTorch/XLA, one worker per device, "
+                          "with torchrun's options.")
+    add_worker_arguments(parser)
+    parser.add_argument("--failure-report", default="", metavar="FILE",
+                        help="when a worker fails, write the failure (rank, exit code, error) to FILE as JSON")
+    return parser
+
+
+def _stderr_tail(log_dir: str, local_rank: int, error_file: str) -> str:
+    """The end of a failed worker's stderr, which torchrun's --tee kept under log_dir."""
+    candidates = []
+    if error_file and os.path.isabs(error_file):
+        candidates.append(os.path.join(os.path.dirname(error_file), "stderr.log"))
+    candidates += sorted(glob.glob(os.path.join(log_dir, "**", "attempt_*", str(local_rank), "stderr.log"),
+                                   recursive=True))
+    for path in candidates:
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return tail(f.read())
+    return ""
+
+
+def failure_from_child_failed(error, log_dir: str) -> FailureRecord:
+    rank, failure = error.get_first_failure()
+    summary, traceback_text = read_error_file(failure.error_file)
+    exit_code = normalise_exit_code(failure.exitcode)
+    if not summary and failure.exitcode < 0:
+        summary = f"worker killed by signal {failure.signal_name()}"
+    return FailureRecord(
+        exit_code=exit_code,
+        rank=rank,
+        summary=summary,
+        traceback=tail(traceback_text),
+        stderr_tail=_stderr_tail(log_dir, failure.local_rank, failure.error_file),
+    )
+
+
+def write_report(path: str, record: FailureRecord) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(record.to_json())
+
+
+def main(argv: Optional[list[str]] = None) -> NoReturn:
+    configure_logging()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.no_python or args.run_path:
+        parser.error("--no-python and --run-path are not supported: every worker runs the script "
+                     "under the PyTorch/XLA bootstrap")
+    options = WorkerOptions.from_namespace(args)
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args
+
+    script, script_args, as_module = args.training_script, list(args.training_script_args), args.module
+    if options.runtime == "xla":
+        # Decided once here, so a refused launch fails before any process starts, and every
+        # worker gets the same device.
+        options = replace(options, xla_device=resolve_xla_device(options.xla_device, os.environ))
+    args.module = True
+    args.training_script = "opentc_launcher.worker"
+    args.training_script_args = options.to_argv() + (["--module"] if as_module else []) + [script] + script_args
+    # Keep each worker's stderr in a file as well as on the console: the tail of a failed worker's
+    # stderr goes into the failure report.
+    if args.tee == "0" and args.redirects == "0":
+        args.tee = "2"
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
+    args.log_dir = log_dir
+
+    config, cmd, cmd_args = config_from_args(args)
+    if options.runtime == "xla":
+        try:
+            warning = check_cpu_multi_worker(options.xla_device, config.max_nodes * config.nproc_per_node,
+                                             options.cpu_multi_worker)
+        except LaunchRefused as e:
+            log.error("%s", e)
+            write_report(args.failure_report, FailureRecord(exit_code=EXIT_LAUNCH_REFUSED, summary=str(e)))
+            sys.exit(EXIT_LAUNCH_REFUSED)
+        if warning:
+            log.warning("%s", warning)
+
+    try:
+        elastic_launch(config, cmd)(*cmd_args)
+    except ChildFailedError as e:
+        record = failure_from_child_failed(e, log_dir)
+        write_report(args.failure_report, record)
+        where = f"rank {record.rank}" if record.rank is not None else "a worker"
+        log.error("%s failed with exit code %d: %s", where, record.exit_code, record.summary or "(no error record)")
+        sys.exit(record.exit_code)
+    except SignalException as e:  # this launcher was stopped; torch has already stopped the workers
+        log.error("stopped by %s", e.sigval.name)
+        sys.exit(128 + int(e.sigval))
+    except Exception as e:  # rendezvous and store errors: the peers never met
+        endpoint = f"{args.master_addr}:{args.master_port}" if not args.rdzv_endpoint else args.rdzv_endpoint
+        message = (f"rendezvous with {endpoint} failed (node rank {args.node_rank} of {args.nnodes}): "
+                   f"{type(e).__name__}: {e}")
+        log.error("%s", message)
+        write_report(args.failure_report, FailureRecord(exit_code=EXIT_RENDEZVOUS_FAILED, summary=message))
+        sys.exit(EXIT_RENDEZVOUS_FAILED)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Waiting for the other hosts of a multi-host job to appear on the network."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Callable, Iterable
+
+from .errors import JobConfigError
+
+log = logging.getLogger(__name__)
+
+
+class PeerUnreachable(JobConfigError):
+    exit_code = 3
+
+
+def wait_for_hosts(hosts: Iterable[str], timeout: float,
+                   resolve: Callable[[str], object] = lambda h: socket.getaddrinfo(h, None),
+                   clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> None:
+    """Return once every host name resolves; raise PeerUnreachable naming the first that did not in time.
+
+    SageMaker's hosts come up at about the same time, but a name may resolve a little later than the
+    container starts.
+    """
+    deadline = clock() + timeout
+    for host in hosts:
+        delay = 0.5
+        while True:
+            try:
+                resolve(host)
+                break
+            except OSError as e:
+                if clock() >= deadline:
+                    raise PeerUnreachable(
+                        f"host {host} could not be reached: its name did not resolve within {timeout:g} s "
+                        f"({e}). Check that every host of the job is up and on the same network; "
+                        f"OPENTC_PEER_TIMEOUT sets how long to wait.") from None
+                log.info("waiting for host %s to resolve (%s)", host, e)
+                sleep(min(delay, max(0.0, deadline - clock())))
+                delay = min(delay * 2, 5.0)
