@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import replace
 from typing import NoReturn, Optional
 
+from .commands import worker_command
 from .errors import FailureRecord, normalise_exit_code, read_error_file, tail
 from .options import WorkerOptions, add_worker_arguments
 from .runtime import LaunchRefused, check_cpu_multi_worker, resolve_xla_device
@@ -29,10 +30,23 @@ log = logging.getLogger("opentc_launcher")
 EXIT_RENDEZVOUS_FAILED = 3
 
 
-def build_parser():
+# Standard variables (Kubernetes operators, batch schedulers, torchrun's own docs) used as defaults when
+# neither the option nor torchrun's PET_* variable gives a value.
+STANDARD_VARIABLES = {"master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT", "node_rank": "NODE_RANK"}
+
+
+def build_parser(env=os.environ):
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
+    for dest, variable in STANDARD_VARIABLES.items():
+        if f"PET_{dest.upper()}" not in env and env.get(variable, "").strip():
+            value = env[variable].strip()
+            if dest != "master_addr":
+                if not value.isdigit():
+                    parser.error(f"{variable}={value!r} is not accepted: use a whole number")
+                value = int(value)
+            parser.set_defaults(**{dest: value})
     parser.prog = "opentc-run"
     parser.description = ("Launch a training script on PyTorch/XLA, one worker per device, "
                           "with torchrun's options.")
@@ -96,9 +110,14 @@ def main(argv: Optional[list[str]] = None) -> NoReturn:
         # Decided once here, so a refused launch fails before any process starts, and every
         # worker gets the same device.
         options = replace(options, xla_device=resolve_xla_device(options.xla_device, os.environ))
-    args.module = True
-    args.training_script = "opentc_launcher.worker"
-    args.training_script_args = options.to_argv() + (["--module"] if as_module else []) + [script] + script_args
+    worker = worker_command()
+    worker_args = options.to_argv() + (["--module"] if as_module else []) + [script] + script_args
+    if len(worker) == 1:       # the installed console script
+        args.no_python, args.module = True, False
+        args.training_script, args.training_script_args = worker[0], worker_args
+    else:                      # python -m opentc_launcher.worker
+        args.module = True
+        args.training_script, args.training_script_args = worker[2], worker_args
     # Keep each worker's stderr in a file as well as on the console: the tail of a failed worker's
     # stderr goes into the failure report.
     if args.tee == "0" and args.redirects == "0":

@@ -76,6 +76,21 @@ def exit_code_of(exc: BaseException) -> int:
     return 1
 
 
+_LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_frames(tb):
+    """The traceback from the first frame that is not the launcher's or runpy's, as `python script.py` shows."""
+    first = tb
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not (filename.startswith(_LAUNCHER_DIR) or filename.startswith("<frozen runpy>")
+                or os.path.basename(filename) == "runpy.py"):
+            return tb
+        tb = tb.tb_next
+    return first
+
+
 def record_failure(exc: BaseException, exit_code: int) -> None:
     """Print what Python would print, and write the error record for the launcher."""
     if isinstance(exc, SystemExit):
@@ -85,7 +100,7 @@ def record_failure(exc: BaseException, exit_code: int) -> None:
     elif isinstance(exc, Terminated):
         summary, tb = f"the script was {exc}", ""
     else:
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        tb = "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
         sys.stderr.write(tb)
         summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")

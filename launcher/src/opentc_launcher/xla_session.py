@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import MutableMapping, Optional
 
 from .options import WorkerOptions
@@ -45,7 +46,13 @@ class XlaSession:
         init_xla_process_group()
 
     def finish(self, exit_code: int) -> Optional[int]:
-        """Called after the script; may turn success into failure (returns a new exit code or None)."""
+        """Called after the script, however it ended; may turn success into failure (returns a new exit code)."""
+        if os.environ.get("XLA_METRICS_FILE"):
+            # torch-xla appends a report to XLA_METRICS_FILE only from xm.mark_step(), not from
+            # torch_xla.sync(): a last report here means debug mode always leaves one.
+            import torch_xla.debug.metrics_saver as metrics_saver
+
+            metrics_saver.save_metrics()
         return None
 
 

@@ -10,6 +10,7 @@ import argparse
 import glob
 import json
 import os
+import sys
 import time
 
 import torch
@@ -118,7 +119,8 @@ def main():
         tokenizer.save_pretrained(args.model_dir)
         os.makedirs(args.output_data_dir, exist_ok=True)
         with open(os.path.join(args.output_data_dir, "metrics.json"), "w", encoding="utf-8") as f:
-            json.dump({"device": str(device), "losses": losses, "seconds": time.time() - started}, f)
+            json.dump({"device": str(device), "losses": losses, "seconds": time.time() - started,
+                       "torch_xla_imported": "torch_xla" in sys.modules}, f)
     print(f"rank {rank}: done, first loss {losses[0]['loss']:.4f}, last loss {losses[-1]['loss']:.4f}",
           flush=True)
 

@@ -68,6 +68,10 @@ def run_job(base_env: Mapping[str, str], supervisor: Supervisor) -> tuple[Outcom
     try:
         job = read_job()
         output_dir = job.paths.output
+        # SageMaker creates these; a local job folder may lack them, and the trainer's success file
+        # and the script's SM_MODEL_DIR / SM_OUTPUT_DATA_DIR need them.
+        for folder in (job.paths.output_data, job.paths.model):
+            os.makedirs(folder, exist_ok=True)
         clear_stale_outcome(output_dir)
         settings = CompilerSettings.from_hyperparameters(job.framework_params)
         launch = LaunchSettings.from_env(base_env)
@@ -82,7 +86,6 @@ def run_job(base_env: Mapping[str, str], supervisor: Supervisor) -> tuple[Outcom
         code = fetch_code(job)
         install_requirements(code)
         script = entry_point_path(job, code)
-        os.makedirs(job.paths.model, exist_ok=True)
         if settings.enabled:
             os.makedirs(job.paths.compiler_output, exist_ok=True)
 

@@ -104,6 +104,6 @@ def write_failure(output_dir: str, outcome: Outcome) -> str:
     if not os.path.exists(path):
         with open(path, "w", encoding="utf-8") as f:
             f.write(outcome.message)
-    log.error("Reporting training FAILURE")
+    # sagemaker-training's trainer logs "Reporting training FAILURE" next.
     log.error("%s", outcome.message[:FAILURE_REASON_CHARS])
     return path

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+from opentc_launcher.commands import run_command, worker_command
 from opentc_launcher.options import XLA_DEVICES, WorkerOptions
 from opentc_launcher.runtime import LaunchRefused, check_cpu_multi_worker
 
@@ -120,7 +121,7 @@ def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
     worker_env = {**env, "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1")}
     script_part = [*options.to_argv(), script, *job.user_args]
     if settings.multi_worker:
-        argv = [python, "-m", "opentc_launcher.run", "--nproc-per-node", str(workers),
+        argv = [*run_command(python), "--nproc-per-node", str(workers),
                 "--failure-report", failure_report, "--log-dir", os.path.join(scratch, "torchrun")]
         if nodes == 1:
             # A local rendezvous on a free port: a single host never resolves its own name.
@@ -131,7 +132,7 @@ def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
                      "--rdzv-conf", f"timeout={max(1, int(launch.peer_timeout))}"]
         argv += script_part
     else:
-        argv = [python, "-m", "opentc_launcher.worker", *script_part]
+        argv = [*worker_command(python), *script_part]
         worker_env["TORCHELASTIC_ERROR_FILE"] = error_file
     return LaunchPlan(
         argv=tuple(argv),

@@ -1,0 +1,27 @@
+"""The command lines that start the launcher and its workers.
+
+They are the installed console scripts, started by absolute path: a console script has its own bin
+folder as sys.path[0], so nothing in the user's working directory (the code folder) can shadow the
+launcher's modules before it has imported them. `python -m` (which puts the working directory first)
+is the fallback when the scripts are not installed beside the interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _command(script: str, module: str, python: str) -> tuple[str, ...]:
+    candidate = os.path.join(os.path.dirname(python), script)
+    if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        return (candidate,)
+    return (python, "-m", module)
+
+
+def worker_command(python: str = sys.executable) -> tuple[str, ...]:
+    return _command("opentc-worker", "opentc_launcher.worker", python)
+
+
+def run_command(python: str = sys.executable) -> tuple[str, ...]:
+    return _command("opentc-run", "opentc_launcher.run", python)

@@ -1,0 +1,176 @@
+"""Shared helpers: job folders laid out as SageMaker writes /opt/ml, and the real `train` entry run on them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_JOB = REPO / "sample" / "job"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+BIN = Path(sys.executable).parent
+TRAINING_MODULE = "opentc_toolkit.entry:main"
+
+# Variables from the caller's shell that would change what a job does; every test starts without them.
+_SCRUBBED_PREFIXES = ("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_", "TORCHELASTIC_", "PET_")
+_SCRUBBED = {"USE_TORCH_XLA", "GPU_NUM_DEVICES", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
+             "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "CURRENT_HOST"}
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def sdk_encode(values: dict) -> dict[str, str]:
+    """hyperparameters.json as the SageMaker SDK writes it: every value JSON-encoded into a string."""
+    return {str(k): json.dumps(v) for k, v in values.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Job:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "input" / "config"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def compiler_output(self) -> Path:
+        return self.output / "data" / "compiler"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def failure(self) -> Optional[str]:
+        path = self.output / "failure"
+        return path.read_text() if path.exists() else None
+
+    @property
+    def succeeded(self) -> bool:
+        return (self.output / "success").exists()
+
+    def hyperparameters(self) -> dict:
+        return json.loads((self.config / "hyperparameters.json").read_text())
+
+    def write_hyperparameters(self, raw: dict[str, str]) -> None:
+        (self.config / "hyperparameters.json").write_text(json.dumps(raw, indent=2))
+
+    def set_hyperparameters(self, **values) -> None:
+        """Add or replace hyperparameters, encoded as the SDK encodes them."""
+        self.write_hyperparameters({**self.hyperparameters(), **sdk_encode(values)})
+
+    def set_hosts(self, hosts: list[str], current: str) -> None:
+        config = json.loads((self.config / "resourceconfig.json").read_text())
+        config.update(current_host=current, hosts=hosts)
+        config["instance_groups"][0]["hosts"] = hosts
+        (self.config / "resourceconfig.json").write_text(json.dumps(config))
+
+    def use_script(self, name: str) -> None:
+        """Put tests/scripts/<name> into the code folder and make it the entry point."""
+        shutil.copy(SCRIPTS / name, self.root / "code" / name)
+        self.set_hyperparameters(sagemaker_program=name)
+
+    def read_json(self, relative: str):
+        return json.loads((self.root / relative).read_text())
+
+
+@dataclass
+class TrainResult:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def train_env(job: Job, **extra: str) -> dict[str, str]:
+    return clean_env(SAGEMAKER_BASE_DIR=str(job.root), SAGEMAKER_TRAINING_MODULE=TRAINING_MODULE, **extra)
+
+
+def run_train(job: Job, timeout: float = 600, **extra_env: str) -> TrainResult:
+    """The image's command, `train`, on this job folder; stdout and stderr together, as CloudWatch has them."""
+    started = time.monotonic()
+    proc = subprocess.run([str(BIN / "train")], env=train_env(job, **extra_env), cwd=str(job.root),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return TrainResult(proc.returncode, proc.stdout, time.monotonic() - started)
+
+
+def start_train(job: Job, log_path: Path, **extra_env: str) -> subprocess.Popen:
+    log = open(log_path, "w")
+    return subprocess.Popen([str(BIN / "train")], env=train_env(job, **extra_env), cwd=str(job.root),
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(predicate, timeout: float, what: str, proc: Optional[subprocess.Popen] = None,
+             log_path: Optional[Path] = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    log = log_path.read_text() if log_path and log_path.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{log[-4000:]}")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture
+def make_job(tmp_path):
+    """A copy of the sample job folder (tiny GPT-2, compiler on), to adjust per test."""
+    counter = iter(range(100))
+
+    def make(name: str = "") -> Job:
+        root = tmp_path / (name or f"job{next(counter)}")
+        shutil.copytree(SAMPLE_JOB, root)
+        return Job(root)
+
+    return make

@@ -1,0 +1,82 @@
+"""run_clm in miniature: the Hugging Face Trainer on a causal LM, text cut into fixed blocks.
+
+Like transformers' examples/pytorch/language-modeling/run_clm.py: HfArgumentParser over the script's own
+arguments and TrainingArguments, `group_texts` into `block_size` blocks (static shapes), and `_mp_fn`
+for xla_spawn-style launchers. The tokenizer is trained from the channel's text and the model is a tiny
+randomly initialised GPT-2, so nothing comes from a hub.
+"""
+
+import glob
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+from datasets import Dataset
+from tokenizers import ByteLevelBPETokenizer
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    HfArgumentParser,
+    PreTrainedTokenizerFast,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+)
+
+
+@dataclass
+class DataArguments:
+    block_size: int = 64
+    vocab_size: int = 400
+    train_dir: str = field(default_factory=lambda: os.environ.get("SM_CHANNEL_TRAIN", "data"))
+
+
+def main():
+    data_args, training_args = HfArgumentParser((DataArguments, TrainingArguments)).parse_args_into_dataclasses()
+    lines = []
+    for path in sorted(glob.glob(os.path.join(data_args.train_dir, "*.txt"))):
+        with open(path, encoding="utf-8") as f:
+            lines += [line for line in f.read().splitlines() if line.strip()]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(lines, vocab_size=data_args.vocab_size, special_tokens=["<|endoftext|>"])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+
+    raw = Dataset.from_dict({"text": lines})
+    tokenized = raw.map(lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"])
+    block_size = data_args.block_size
+
+    def group_texts(examples):
+        joined = {k: sum(examples[k], []) for k in examples.keys()}
+        total = len(joined["input_ids"]) // block_size * block_size
+        result = {k: [t[i:i + block_size] for i in range(0, total, block_size)] for k, t in joined.items()}
+        result["labels"] = result["input_ids"].copy()
+        return result
+
+    lm_dataset = tokenized.map(group_texts, batched=True)
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=64, n_inner=256, vocab_size=len(tokenizer),
+                        n_positions=block_size, bos_token_id=tokenizer.eos_token_id,
+                        eos_token_id=tokenizer.eos_token_id)
+    model = GPT2LMHeadModel(config)
+    trainer = Trainer(model=model, args=training_args, train_dataset=lm_dataset,
+                      data_collator=default_data_collator)
+    result = trainer.train()
+    trainer.save_model()
+    tokenizer.save_pretrained(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        out = os.environ.get("SM_OUTPUT_DATA_DIR", training_args.output_dir)
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "trainer_metrics.json"), "w") as f:
+            json.dump({"device": str(training_args.device), "losses": losses,
+                       "train_loss": result.training_loss, "blocks": len(lm_dataset),
+                       "torch_xla_imported": "torch_xla" in sys.modules}, f)
+
+
+def _mp_fn(index):
+    # For xla_spawn-style launchers.
+    main()
+
+
+if __name__ == "__main__":
+    main()

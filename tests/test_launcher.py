@@ -1,0 +1,123 @@
+"""The launcher on its own, outside SageMaker: opentc-run like torchrun, and the worker bootstrap."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import BIN, SCRIPTS, clean_env, free_port
+
+from opentc_launcher.commands import run_command, worker_command
+
+
+def run(argv, tmp_path, timeout=180, **env):
+    return subprocess.run([str(a) for a in argv], env=clean_env(SM_MODEL_DIR=str(tmp_path), **env),
+                          cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
+
+
+def report(tmp_path, rank):
+    return json.loads((tmp_path / f"env-rank{rank}.json").read_text())
+
+
+def test_commands_are_the_installed_console_scripts():
+    assert worker_command(sys.executable) == (str(BIN / "opentc-worker"),)
+    assert run_command(sys.executable) == (str(BIN / "opentc-run"),)
+    assert worker_command("/nowhere/python") == ("/nowhere/python", "-m", "opentc_launcher.worker")
+
+
+def test_opentc_run_like_torchrun_with_plain_pytorch(tmp_path):
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--runtime", "torch",
+                  SCRIPTS / "report_env.py", "--lr", "0.1"], tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:]
+    found = [report(tmp_path, r) for r in range(2)]
+    assert [(r["RANK"], r["LOCAL_RANK"], r["WORLD_SIZE"]) for r in found] == [("0", "0", "2"), ("1", "1", "2")]
+    assert all(r["all_reduce_sum"] == 3.0 and r["argv"] == ["--lr", "0.1"] for r in found)
+
+
+def test_opentc_run_honours_master_addr_and_port(tmp_path):
+    port = str(free_port())
+    result = run([BIN / "opentc-run", "--nnodes", "1", "--nproc-per-node", "2", "--runtime", "torch",
+                  SCRIPTS / "report_env.py"], tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert {report(tmp_path, r)["MASTER_PORT"] for r in range(2)} == {port}
+
+
+def test_opentc_run_refuses_xla_cpu_workers_before_starting_any(tmp_path):
+    report_file = tmp_path / "failure.json"
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--xla-device", "CPU",
+                  "--failure-report", report_file, SCRIPTS / "report_env.py"], tmp_path)
+    assert result.returncode == 2
+    assert "no cross-process collectives" in result.stdout
+    assert json.loads(report_file.read_text())["exit_code"] == 2
+    assert not (tmp_path / "env-rank0.json").exists()
+
+
+def test_opentc_run_exits_with_the_failed_workers_code_and_reports_it(tmp_path):
+    report_file = tmp_path / "failure.json"
+    script = tmp_path / "rank1_fails.py"
+    script.write_text("import os, sys\n"
+                      "if os.environ['RANK'] == '1':\n"
+                      "    print('rank 1: cannot open shard', file=sys.stderr)\n"
+                      "    raise SystemExit(7)\n")
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--runtime", "torch",
+                  "--failure-report", report_file, script], tmp_path)
+    assert result.returncode == 7, result.stdout[-4000:]
+    failure = json.loads(report_file.read_text())
+    assert (failure["rank"], failure["exit_code"]) == (1, 7)
+    assert "rank 1: cannot open shard" in failure["stderr_tail"]
+
+
+def test_worker_honours_torchrun_variables_set_by_someone_else(tmp_path):
+    """One process per pod, as a Kubernetes operator starts them: RANK, WORLD_SIZE, MASTER_* are given."""
+    port = str(free_port())
+    procs = [subprocess.Popen([str(BIN / "opentc-worker"), "--runtime", "torch", str(SCRIPTS / "report_env.py")],
+                              env=clean_env(SM_MODEL_DIR=str(tmp_path), RANK=str(rank), WORLD_SIZE="2",
+                                            LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+                              cwd=str(tmp_path))
+             for rank in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert [report(tmp_path, r)["all_reduce_sum"] for r in range(2)] == [3.0, 3.0]
+
+
+def test_xla_spawn_style_script_gets_mp_fn_called(tmp_path):
+    result = run([BIN / "opentc-worker", "--xla-device", "CPU", SCRIPTS / "mp_fn_only.py", "--a", "1"], tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert json.loads((tmp_path / "mp_fn.json").read_text()) == {"index": 0, "argv": ["--a", "1"]}
+
+
+def test_script_with_main_guard_and_mp_fn_runs_once(tmp_path):
+    script = tmp_path / "both.py"
+    script.write_text("import os\n"
+                      "def main():\n"
+                      "    open(os.path.join(os.environ['SM_MODEL_DIR'], 'runs.txt'), 'a').write('run\\n')\n"
+                      "def _mp_fn(index):\n"
+                      "    main()\n"
+                      "if __name__ == '__main__':\n"
+                      "    main()\n")
+    result = run([BIN / "opentc-worker", "--runtime", "torch", script], tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert (tmp_path / "runs.txt").read_text() == "run\n"
+
+
+def test_user_files_cannot_shadow_the_launcher(tmp_path):
+    """The code folder is the workers' working directory; packages there named like ours must not win."""
+    for package in ("opentc_launcher", "opentc_toolkit"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("raise ImportError('shadowed by user code')\n")
+    (tmp_path / "helpers.py").write_text("VALUE = 'the user helper'\n")
+    script = tmp_path / "train.py"
+    script.write_text("import os, sys\n"
+                      "assert sys.path[0] == os.path.dirname(os.path.abspath(__file__))\n"
+                      "import helpers\n"
+                      "open('ran.txt', 'w').write(helpers.VALUE)\n")
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--runtime", "torch", script],
+                 tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert (tmp_path / "ran.txt").read_text() == "the user helper"
+
+
+def test_missing_script_is_named(tmp_path):
+    result = run([BIN / "opentc-worker", "--runtime", "torch", tmp_path / "nope.py"], tmp_path)
+    assert result.returncode == 2
+    assert f"training script not found: {tmp_path / 'nope.py'}" in result.stdout

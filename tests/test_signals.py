@@ -1,0 +1,110 @@
+"""Stopping a job: SIGTERM to `train` reaches every worker, which get a grace period before SIGKILL;
+one worker dying stops the others; nothing is left running and nothing the script wrote is lost."""
+
+import signal
+import time
+
+from conftest import pid_alive, start_train, stop, wait_for
+
+
+def long_job(make_job, workers=1, **hyperparameters):
+    job = make_job()
+    job.use_script("long_running.py")
+    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=False,
+                            sagemaker_pytorch_xla_multi_worker_enabled=workers > 1, **hyperparameters)
+    return job
+
+
+def worker_pids(job, workers):
+    pids = []
+    for rank in range(workers):
+        path = job.model / f"pid-rank{rank}"
+        if not path.exists() or not path.read_text():
+            return None
+        pids.append(int(path.read_text()))
+    return pids
+
+
+def started(job, workers, proc, log):
+    return wait_for(lambda: worker_pids(job, workers), 120, "workers to start", proc, log)
+
+
+def assert_written_before_signal_intact(job, workers):
+    for rank in range(workers):
+        assert (job.checkpoints / f"step-100-rank{rank}.ckpt").read_text() == "weights at step 100"
+        assert (job.model / f"partial-rank{rank}.bin").read_text() == "model so far"
+
+
+def test_sigterm_stops_a_single_worker_cleanly(make_job, tmp_path):
+    job = long_job(make_job)
+    log = tmp_path / "train.log"
+    proc = start_train(job, log, OPENTC_TERMINATION_GRACE="30")
+    try:
+        pids = started(job, 1, proc, log)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        assert time.monotonic() - sent < 10, "a worker that ends on SIGTERM must not wait for the grace period"
+    finally:
+        stop(proc)
+    assert (job.model / "finally-rank0").exists()        # the script's finally block ran
+    assert not pid_alive(pids[0])
+    assert job.failure.startswith("Training stopped: SIGTERM received")
+    assert "the workers ended within the grace period" in job.failure
+    assert_written_before_signal_intact(job, 1)
+
+
+def test_sigterm_reaches_every_worker_of_several(make_job, tmp_path):
+    job = long_job(make_job, workers=2, on_sigterm="save")
+    log = tmp_path / "train.log"
+    proc = start_train(job, log, OPENTC_WORKERS_PER_HOST="2", OPENTC_TERMINATION_GRACE="30")
+    try:
+        pids = started(job, 2, proc, log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=40) == 143, log.read_text()[-3000:]
+    finally:
+        stop(proc)
+    for rank in range(2):
+        assert (job.model / f"sigterm-rank{rank}").exists(), log.read_text()[-3000:]
+        assert (job.checkpoints / f"final-rank{rank}.ckpt").read_text() == "saved on SIGTERM"
+    assert not any(pid_alive(p) for p in pids)
+    assert job.failure.startswith("Training stopped: SIGTERM received")
+    assert_written_before_signal_intact(job, 2)
+
+
+def test_worker_ignoring_sigterm_is_killed_after_the_grace_period(make_job, tmp_path):
+    job = long_job(make_job, on_sigterm="ignore")
+    log = tmp_path / "train.log"
+    proc = start_train(job, log, OPENTC_TERMINATION_GRACE="3")
+    try:
+        pids = started(job, 1, proc, log)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        waited = time.monotonic() - sent
+    finally:
+        stop(proc)
+    assert 2.5 < waited < 15, waited
+    assert not pid_alive(pids[0])
+    assert "the workers were killed with SIGKILL" in job.failure
+    assert "sending SIGKILL" in log.read_text()
+    assert_written_before_signal_intact(job, 1)
+
+
+def test_one_worker_of_two_crashing_stops_the_other(make_job, tmp_path):
+    job = long_job(make_job, workers=2, crash_rank=1)
+    log = tmp_path / "train.log"
+    proc = start_train(job, log, OPENTC_WORKERS_PER_HOST="2")
+    try:
+        pids = started(job, 2, proc, log)
+        code = proc.wait(timeout=60)
+    finally:
+        stop(proc)
+    assert code == 1, log.read_text()[-3000:]
+    assert not any(pid_alive(p) for p in pids)           # rank 0 (sleeping 600 s) was stopped
+    reason = job.failure[:1024]
+    assert reason.startswith("Training failed: the training script ended with exit code 1 on rank 1 of 2, "
+                             "host algo-1.")
+    assert "RuntimeError: rank 1 hit a NaN loss" in reason
+    assert (job.model / "finally-rank0").exists()        # rank 0 was stopped with SIGTERM, not SIGKILL

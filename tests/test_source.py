@@ -1,0 +1,132 @@
+"""Where the user's code comes from: sagemaker_submit_directory as a folder, a file:// or s3:// tarball,
+with requirements.txt installed before the script runs.
+
+S3 is the one thing that cannot exist here: a moto S3 server on 127.0.0.1 stands in for it
+(sagemaker-training honours S3_ENDPOINT_URL).
+"""
+
+import base64
+import hashlib
+import io
+import subprocess
+import tarfile
+import zipfile
+
+import pytest
+
+from conftest import BIN, SCRIPTS, free_port, run_train
+
+DEP = "opentc_testdep"
+
+
+def make_wheel(folder):
+    """A real (tiny) wheel, written by hand so that no build backend or network is needed."""
+    files = {
+        f"{DEP}/__init__.py": b"GREETING = 'installed from requirements.txt'\n",
+        f"{DEP}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {DEP}\nVersion: 1.0\n".encode(),
+        f"{DEP}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = ""
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{name},sha256={digest},{len(data)}\n"
+    record += f"{DEP}-1.0.dist-info/RECORD,,\n"
+    files[f"{DEP}-1.0.dist-info/RECORD"] = record.encode()
+    path = folder / f"{DEP}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, data in files.items():
+            whl.writestr(name, data)
+    return path
+
+
+@pytest.fixture
+def source_dir(tmp_path):
+    """A source folder as a user would upload it: the script, requirements.txt and a vendored wheel."""
+    src = tmp_path / "sourcedir"
+    (src / "wheels").mkdir(parents=True)
+    make_wheel(src / "wheels")
+    (src / "requirements.txt").write_text(f"./wheels/{DEP}-1.0-py3-none-any.whl\n")
+    (src / "entry.py").write_text(
+        "import os, opentc_testdep\n"
+        "open(os.path.join(os.environ['SM_MODEL_DIR'], 'dep.txt'), 'w').write(opentc_testdep.GREETING)\n")
+    yield src
+    subprocess.run([str(BIN / "python"), "-m", "pip", "uninstall", "-q", "-y", DEP], check=False)
+
+
+def tarball(src, path):
+    with tarfile.open(path, "w:gz") as tar:
+        for item in src.iterdir():
+            tar.add(item, arcname=item.name)
+    return path
+
+
+def job_with_source(make_job, submit_directory):
+    job = make_job()
+    for item in (job.root / "code").iterdir():   # SageMaker's code folder starts empty
+        item.unlink()
+    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.set_hyperparameters(sagemaker_program="entry.py", sagemaker_submit_directory=submit_directory,
+                            sagemaker_training_compiler_enabled=False)
+    return job
+
+
+def assert_ran_with_dependency(job, result):
+    assert result.returncode == 0, result.output[-4000:]
+    assert (job.model / "dep.txt").read_text() == "installed from requirements.txt"
+    assert (job.root / "code" / "entry.py").exists()
+
+
+def test_file_uri_tarball(make_job, source_dir, tmp_path):
+    archive = tarball(source_dir, tmp_path / "sourcedir.tar.gz")
+    job = job_with_source(make_job, f"file://{archive}")
+    assert_ran_with_dependency(job, run_train(job))
+
+
+def test_local_folder(make_job, source_dir):
+    job = job_with_source(make_job, str(source_dir))
+    assert_ran_with_dependency(job, run_train(job))
+
+
+def test_s3_tarball(make_job, source_dir, tmp_path):
+    boto3 = pytest.importorskip("boto3")
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        creds = dict(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
+        s3 = boto3.client("s3", endpoint_url=endpoint, **creds)
+        s3.create_bucket(Bucket="jobs")
+        archive = tarball(source_dir, tmp_path / "sourcedir.tar.gz")
+        s3.upload_file(str(archive), "jobs", "prefix/source/sourcedir.tar.gz")
+        job = job_with_source(make_job, "s3://jobs/prefix/source/sourcedir.tar.gz")
+        result = run_train(job, S3_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing",
+                           AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+        assert_ran_with_dependency(job, result)
+        job = job_with_source(make_job, "s3://jobs/prefix/missing.tar.gz")
+        result = run_train(job, S3_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing",
+                           AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+        assert result.returncode == 2
+        assert job.failure.startswith("Training not started: sagemaker_submit_directory "
+                                      "'s3://jobs/prefix/missing.tar.gz' could not be fetched")
+    finally:
+        server.stop()
+
+
+def test_requirements_that_cannot_install(make_job, source_dir):
+    (source_dir / "requirements.txt").write_text("./wheels/does-not-exist-1.0-py3-none-any.whl\n")
+    job = job_with_source(make_job, str(source_dir))
+    result = run_train(job)
+    assert result.returncode == 1
+    assert job.failure.startswith("Training not started: requirements.txt in ")
+    assert "could not be installed" in job.failure
+    assert not (job.model / "dep.txt").exists()
+
+
+def test_missing_submit_directory(make_job, tmp_path):
+    job = job_with_source(make_job, f"file://{tmp_path}/nothing-here.tar.gz")
+    result = run_train(job)
+    assert result.returncode == 2
+    assert "does not exist" in job.failure and "nothing-here.tar.gz" in job.failure

@@ -1,0 +1,68 @@
+"""Whole jobs through the real `train` entry, on real torch-xla (PJRT_DEVICE=CPU) and real files."""
+
+import json
+import os
+
+from conftest import run_train
+
+
+def assert_loss_fell(losses):
+    assert len(losses) >= 3, losses
+    assert losses[-1] < losses[0] * 0.8, losses
+
+
+def test_tiny_gpt2_trains_on_xla_and_saves(make_job):
+    job = make_job()
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-5000:]
+    assert "Found configuration for Training Compiler" in result.output
+    assert "Configuring SM Training Compiler..." in result.output
+    assert "Reporting training SUCCESS" in result.output
+    assert job.succeeded and job.failure is None
+    metrics = job.read_json("output/data/metrics.json")
+    assert metrics["device"].startswith("xla"), metrics
+    assert_loss_fell([m["loss"] for m in metrics["losses"]])
+    assert (job.model / "model.safetensors").stat().st_size > 100_000
+    assert json.loads((job.model / "config.json").read_text())["n_layer"] == 2
+    assert (job.model / "tokenizer.json").exists()
+
+
+def test_compiler_disabled_runs_plain_pytorch_and_never_touches_xla(make_job):
+    job = make_job()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-5000:]
+    assert "Configuring SM Training Compiler" not in result.output
+    assert "USE_TORCH_XLA=0" in result.output
+    metrics = job.read_json("output/data/metrics.json")
+    assert metrics["device"] == "cpu"
+    assert metrics["torch_xla_imported"] is False
+    assert_loss_fell([m["loss"] for m in metrics["losses"]])
+    assert job.succeeded
+
+
+def test_debug_mode_leaves_artefacts_in_output_data_compiler(make_job):
+    job = make_job()
+    job.set_hyperparameters(sagemaker_training_compiler_debug_mode=True, max_steps=4, log_every=2)
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-5000:]
+    assert "Training Compiler set to debug mode" in result.output
+    assert f"Debug artifacts will be saved in {job.compiler_output}" in result.output
+    metrics_file = job.compiler_output / "XLA_METRICS_FILE.txt"
+    assert "CompileTime" in metrics_file.read_text()
+    saved = list(job.compiler_output.glob("XLA_SAVE_TENSORS_FILE.hlo*"))   # torch-xla adds the ordinal
+    assert saved and saved[0].stat().st_size > 0
+    dumps = os.listdir(job.compiler_output / "xla_dump")
+    assert any(name.endswith(".txt") for name in dumps), dumps
+    # PT_XLA_DEBUG_LEVEL's compilation analysis reaches the job's log
+    assert "Compilation Analysis" in result.output
+
+
+def test_user_variables_win_over_compiler_defaults(make_job):
+    job = make_job()
+    job.set_hyperparameters(sagemaker_training_compiler_debug_mode=True, max_steps=2, log_every=1)
+    result = run_train(job, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    assert result.returncode == 0, result.output[-5000:]
+    assert "Found pre-existing configuration XLA_FLAGS=--xla_cpu_enable_fast_math=false: keeping it" in result.output
+    assert not (job.compiler_output / "xla_dump").exists()   # the user's XLA_FLAGS has no --xla_dump_to
+    assert (job.compiler_output / "XLA_METRICS_FILE.txt").exists()   # the other debug switches still apply
