@@ -97,8 +97,12 @@ class Job:
         (self.config / "resourceconfig.json").write_text(json.dumps(config))
 
     def use_script(self, name: str) -> None:
-        """Put tests/scripts/<name> into the code folder and make it the entry point."""
-        shutil.copy(SCRIPTS / name, self.root / "code" / name)
+        """Put tests/scripts/<name> into the code folder (with its siblings) and make it the entry point."""
+        source = SCRIPTS / name
+        target = self.root / "code" / name
+        if source.parent != SCRIPTS:
+            shutil.copytree(source.parent, target.parent, dirs_exist_ok=True)
+        shutil.copy(source, target)
         self.set_hyperparameters(sagemaker_program=name)
 
     def read_json(self, relative: str):

@@ -25,6 +25,10 @@ def test_tiny_gpt2_trains_on_xla_and_saves(make_job):
     assert (job.model / "model.safetensors").stat().st_size > 100_000
     assert json.loads((job.model / "config.json").read_text())["n_layer"] == 2
     assert (job.model / "tokenizer.json").exists()
+    # The sample follows the compiler's rules: its compile report is clean, and says so in one line.
+    report = job.read_json("output/data/compiler/compile-report-rank0.json")
+    assert report["findings"] == [] and report["graphs_compiled"] >= 1, report
+    assert "compile report:" in result.output and "clean." in result.output
 
 
 def test_compiler_disabled_runs_plain_pytorch_and_never_touches_xla(make_job):

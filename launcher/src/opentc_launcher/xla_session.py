@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import MutableMapping, Optional
 
+from .cache import open_cache
+from .diagnostics import SHAPES_FIX, CompileMonitor, CompileReport, CompileTimeline, build_report, write_report
+from .errors import write_error_file
 from .options import WorkerOptions
 from .runtime import (
     WorkerIdentity,
@@ -16,6 +20,8 @@ from .runtime import (
 
 log = logging.getLogger("opentc_launcher")
 
+EXIT_COMPILATION_LIMIT = 4
+
 
 class XlaSession:
     """The XLA runtime of one worker: configured, imported and (with several workers) grouped."""
@@ -24,6 +30,8 @@ class XlaSession:
         self.options = options
         self.identity = identity
         self.device = device
+        self.cache: dict = {"dir": "", "mode": "off"}
+        self.monitor: Optional[CompileMonitor] = None
 
     @classmethod
     def start(cls, options: WorkerOptions, identity: WorkerIdentity,
@@ -37,16 +45,48 @@ class XlaSession:
         session = cls(options, identity, device)
         import torch_xla  # noqa: F401  (after the environment is final)
 
+        if options.compile_cache_dir:  # before any computation
+            session.cache = open_cache(options.compile_cache_dir, device, identity)
         if identity.world_size > 1 and device != "CPU":
-            session._init_process_group()
+            init_xla_process_group()
+        if options.compile_report_dir or options.max_compilations:
+            session.monitor = CompileMonitor(identity.rank, options.warmup_steps, options.max_compilations,
+                                             on_limit=session._compilation_limit_reached)
+            session.monitor.start()
         log.info("rank %d/%d: PyTorch/XLA ready on PJRT_DEVICE=%s", identity.rank, identity.world_size, device)
         return session
 
-    def _init_process_group(self) -> None:
-        init_xla_process_group()
+    def _report(self, exit_code: int, timeline: CompileTimeline) -> CompileReport:
+        report = build_report(self.identity.rank, self.identity.world_size, self.device, exit_code,
+                              timeline, self.cache)
+        path = write_report(report, self.options.compile_report_dir)
+        for line in report.summary_lines():
+            (log.warning if report.findings else log.info)("%s", line)
+        if path:
+            log.info("rank %d: compile report written to %s", self.identity.rank, path)
+        return report
+
+    def _compilation_limit_reached(self, compiles: int) -> None:
+        """From the monitor thread: stop this worker now, with a report and a clear reason."""
+        message = (f"compilation limit reached: {compiles} graphs compiled, more than the "
+                   f"{self.options.max_compilations} allowed (hyperparameter "
+                   f"sagemaker_training_compiler_max_compilations, or --max-compilations). Shapes are "
+                   f"probably changing between steps; to fix: {SHAPES_FIX}.")
+        log.error("rank %d: %s", self.identity.rank, message)
+        self._report(EXIT_COMPILATION_LIMIT, self.monitor.timeline)
+        error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if error_file:
+            write_error_file(error_file, summary=message, traceback_text="", exit_code=EXIT_COMPILATION_LIMIT)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_COMPILATION_LIMIT)   # the main thread may be inside a compilation: do not wait for it
 
     def finish(self, exit_code: int) -> Optional[int]:
         """Called after the script, however it ended; may turn success into failure (returns a new exit code)."""
+        if self.monitor is not None:
+            timeline = self.monitor.stop()
+            if self.options.compile_report_dir:
+                self._report(exit_code, timeline)
         if os.environ.get("XLA_METRICS_FILE"):
             # torch-xla appends a report to XLA_METRICS_FILE only from xm.mark_step(), not from
             # torch_xla.sync(): a last report here means debug mode always leaves one.

@@ -1,0 +1,104 @@
+"""One measurement in a fresh process (so compile caches and imports never leak between measurements).
+
+    python bench_worker.py --runtime xla --config tiny --seq 64 --batch 8 --steps 20 [--dynamic] [--cache-dir D]
+
+Prints one JSON line: median steady-state step time, tokens/s, graphs compiled, compile seconds, and the
+time from BENCH_T0 (the parent's clock when it started this process) to the end of the first step.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+CONFIGS = {
+    # The sample job's model (sample/job/code/tiny-gpt2.json).
+    "tiny": dict(n_layer=2, n_head=2, n_embd=64, n_inner=256),
+    # A small GPT-2: a quarter of GPT-2 small's depth and a third of its width.
+    "small": dict(n_layer=4, n_head=4, n_embd=256, n_inner=1024),
+}
+VOCAB = 2048
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--runtime", choices=["eager", "xla"], required=True)
+    p.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--dynamic", action="store_true", help="a different sequence length at every step")
+    p.add_argument("--cache-dir", default="")
+    args = p.parse_args()
+    t0 = float(os.environ.get("BENCH_T0", time.time()))
+
+    import torch
+
+    if args.runtime == "xla":
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.debug.metrics as met
+        import torch_xla.runtime as xr
+
+        if args.cache_dir:
+            xr.initialize_cache(args.cache_dir)
+        device = torch_xla.device()
+
+        def finish_step():
+            torch_xla.sync()
+            xm.wait_device_ops()
+    else:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+        def finish_step():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=args.seq, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, **CONFIGS[args.config])
+    model = GPT2LMHeadModel(config).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    generator = torch.Generator().manual_seed(0)
+    lengths = [args.seq - 8 * (i % 8) for i in range(args.warmup + args.steps)] if args.dynamic else None
+
+    times, tokens, first_step_end = [], [], None
+    for step in range(args.warmup + args.steps):
+        length = lengths[step] if lengths else args.seq
+        batch = torch.randint(0, VOCAB, (args.batch, length), generator=generator)
+        start = time.perf_counter()
+        batch = batch.to(device)
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        finish_step()
+        elapsed = time.perf_counter() - start
+        if first_step_end is None:
+            first_step_end = time.time()
+        if step >= args.warmup:
+            times.append(elapsed)
+            tokens.append(args.batch * length)
+
+    result = {
+        "runtime": args.runtime, "config": args.config, "device": str(device), "batch": args.batch,
+        "seq": args.seq, "dynamic": args.dynamic, "steps": args.steps,
+        "median_step_s": statistics.median(times),
+        "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times)),
+        "first_step_done_s": first_step_end - t0,
+        "final_loss": float(loss.detach().to("cpu")),
+    }
+    if args.runtime == "xla":
+        compile_time = met.metric_data("CompileTime")
+        result.update(graphs_compiled=int(met.counter_value("UncachedCompile") or 0),
+                      compile_s=compile_time[1] / 1e9 if compile_time else 0.0,
+                      cache_hits=int(met.counter_value("PersistentCacheHit") or 0))
+    print("BENCH_RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

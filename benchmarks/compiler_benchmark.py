@@ -1,0 +1,200 @@
+"""What the compiler buys and costs, measured in one run on one machine.
+
+    .venv/bin/python benchmarks/compiler_benchmark.py [--quick] [--json FILE]
+
+1. steady-state step time and tokens/s, eager PyTorch vs PyTorch/XLA, same model and data, on the tiny and
+   a small GPT-2 config with a fixed sequence length;
+2. graphs compiled per job with static shapes vs a different sequence length every step;
+3. cold vs warm persistent cache: compile time and time to the first finished step of two identical jobs;
+4. launcher overhead: time from `train` to the user script's first line, against `python script.py`.
+
+With a GPU it measures CUDA (eager) against XLA:CUDA; without one, CPU against XLA:CPU, and says so.
+Every measurement runs in a fresh process (bench_worker.py). Prints markdown tables and writes JSON.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+BIN = Path(sys.executable).parent
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def base_env(device: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_"))}
+    env["PJRT_DEVICE"] = device
+    return env
+
+
+def measure(device: str, *args: str) -> dict:
+    env = {**base_env(device), "BENCH_T0": repr(time.time())}
+    proc = subprocess.run([sys.executable, str(HERE / "bench_worker.py"), *args], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH_RESULT "):
+            return json.loads(line[len("BENCH_RESULT "):])
+    raise RuntimeError(f"bench_worker {' '.join(args)} failed:\n{proc.stdout[-3000:]}")
+
+
+def throughput(device: str, quick: bool) -> list[dict]:
+    rows = []
+    for config, seq, batch in (("tiny", 64, 8), ("small", 128, 8)):
+        steps = "8" if quick else "20"
+        for runtime in ("eager", "xla"):
+            rows.append(measure(device, "--runtime", runtime, "--config", config, "--seq", str(seq),
+                                "--batch", str(batch), "--steps", steps))
+    return rows
+
+
+def graphs(device: str, quick: bool) -> list[dict]:
+    steps = "8" if quick else "16"
+    return [measure(device, "--runtime", "xla", "--config", "tiny", "--steps", steps, *extra)
+            for extra in ((), ("--dynamic",))]
+
+
+def cache(device: str, quick: bool) -> list[dict]:
+    folder = tempfile.mkdtemp(prefix="opentc-bench-cache-")
+    try:
+        return [measure(device, "--runtime", "xla", "--config", "small", "--seq", "128", "--steps",
+                        "3" if quick else "5", "--cache-dir", folder) for _ in ("cold", "warm")]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+FIRST_LINE = "import time; STARTED = time.time()\nimport os\nopen(os.environ['BENCH_T_FILE'], 'w').write(repr(STARTED))\n"
+
+
+def launcher_overhead(device: str, repeats: int) -> list[dict]:
+    """Seconds from starting the command to the script's first line (median of `repeats`)."""
+    work = Path(tempfile.mkdtemp(prefix="opentc-bench-launch-"))
+    try:
+        marker = work / "t"
+        script = work / "first_line.py"
+        script.write_text(FIRST_LINE)
+
+        def timed(argv, env) -> float:
+            samples = []
+            for _ in range(repeats):
+                marker.unlink(missing_ok=True)
+                start = time.time()
+                subprocess.run(argv, env={**env, "BENCH_T_FILE": str(marker)}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=True, timeout=600)
+                samples.append(float(marker.read_text()) - start)
+            return statistics.median(samples)
+
+        rows = [{"command": "python first_line.py", "seconds": timed([sys.executable, str(script)], base_env(device))},
+                # What the XLA bootstrap imports before the script: a script on XLA imports it anyway.
+                {"command": "python -c 'import torch, torch_xla' + first_line.py",
+                 "seconds": timed([sys.executable, "-c", "import torch, torch_xla, runpy, sys; "
+                                   "runpy.run_path(sys.argv[1], run_name='__main__')", str(script)],
+                                  base_env(device))}]
+        for enabled in (False, True):
+            job = work / f"job-{enabled}"
+            shutil.copytree(REPO / "sample" / "job", job)
+            shutil.copy(script, job / "code" / "first_line.py")
+            hps = {"sagemaker_program": json.dumps("first_line.py"),
+                   "sagemaker_training_compiler_enabled": json.dumps(enabled),
+                   "sagemaker_training_compiler_cache": "false"}
+            (job / "input" / "config" / "hyperparameters.json").write_text(json.dumps(hps))
+            env = {**base_env(device), "SAGEMAKER_BASE_DIR": str(job),
+                   "SAGEMAKER_TRAINING_MODULE": "opentc_toolkit.entry:main"}
+            env.pop("PJRT_DEVICE")   # as in a real job: the toolkit decides
+            rows.append({"command": f"train (compiler {'on' if enabled else 'off'})",
+                         "seconds": timed([str(BIN / "train")], env)})
+        return rows
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def table(headers, rows) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render(results: dict) -> str:
+    out = [f"Machine: {results['machine']}. Device: {results['device_note']}.", ""]
+    rows, eager = [], {}
+    for r in results["throughput"]:
+        if r["runtime"] == "eager":
+            eager[r["config"]] = r["median_step_s"]
+        speedup = eager[r["config"]] / r["median_step_s"] if r["runtime"] == "xla" else 1.0
+        rows.append([r["config"], r["runtime"], r["device"], f"{r['batch']}x{r['seq']}",
+                     f"{r['median_step_s'] * 1000:.1f}", f"{r['tokens_per_s']:.0f}", f"{speedup:.2f}x",
+                     r.get("graphs_compiled", "-")])
+    out += ["### 1. Steady-state step time, eager vs compiled",
+            table(["model", "runtime", "device", "batch x seq", "median step (ms)", "tokens/s",
+                   "vs eager", "graphs"], rows), ""]
+    rows = [["static" if not r["dynamic"] else "changes every step", r["steps"], r["graphs_compiled"],
+             f"{r['compile_s']:.1f}", f"{r['median_step_s'] * 1000:.1f}"] for r in results["graphs"]]
+    out += ["### 2. Graphs compiled per job (tiny GPT-2)",
+            table(["sequence length", "steps", "graphs compiled", "compile (s)", "median step (ms)"], rows), ""]
+    rows = [[name, r["graphs_compiled"], r["cache_hits"], f"{r['compile_s']:.1f}", f"{r['first_step_done_s']:.1f}"]
+            for name, r in zip(("cold", "warm"), results["cache"])]
+    out += ["### 3. Persistent compilation cache, two identical jobs (small GPT-2)",
+            table(["job", "graphs compiled", "loaded from cache", "compile (s)",
+                   "process start to first finished step (s)"], rows), ""]
+    rows = [[r["command"], f"{r['seconds']:.2f}"] for r in results["launcher"]]
+    out += ["### 4. Launcher overhead: start of the command to the script's first line (median)",
+            table(["command", "seconds"], rows)]
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer steps and repeats (a smoke run)")
+    p.add_argument("--json", default=str(HERE / "results" / "latest.json"))
+    args = p.parse_args()
+    gpus = gpu_count()
+    device = "CUDA" if gpus else "CPU"
+    import torch
+    import torch_xla
+
+    results = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+                   f"torch {torch.__version__}, torch-xla {torch_xla.__version__}",
+        "device": device,
+        "device_note": (f"{gpus} GPU(s): eager CUDA against XLA:CUDA" if gpus else
+                        "no GPU here: ran on CPU, eager CPU against XLA:CPU (XLA:CPU numbers say nothing "
+                        "about XLA:CUDA speed-ups)"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    started = time.time()
+    for name, run in (("throughput", lambda: throughput(device, args.quick)),
+                      ("graphs", lambda: graphs(device, args.quick)),
+                      ("cache", lambda: cache(device, args.quick)),
+                      ("launcher", lambda: launcher_overhead(device, 1 if args.quick else 3))):
+        print(f"measuring {name} ...", file=sys.stderr, flush=True)
+        results[name] = run()
+    results["seconds"] = round(time.time() - started, 1)
+    text = render(results)
+    print(text)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({**results, "table": text}, indent=2))
+        print(f"\nwrote {args.json} ({results['seconds']} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
