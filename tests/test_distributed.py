@@ -73,7 +73,7 @@ def test_two_hosts_two_workers_each_rendezvous_on_the_first_host(make_job, tmp_p
         for proc in procs:
             proc.wait(timeout=300)
     except subprocess.TimeoutExpired:
-        raise AssertionError("hosts did not finish: " + (tmp_path / "0.log").read_text()[-3000:])
+        raise AssertionError("hosts did not finish: " + (tmp_path / "0.log").read_text()[-3000:]) from None
     finally:
         for proc in procs:
             stop(proc)

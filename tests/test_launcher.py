@@ -1,7 +1,6 @@
 """The launcher on its own, outside SageMaker: opentc-run like torchrun, and the worker bootstrap."""
 
 import json
-import os
 import subprocess
 import sys
 

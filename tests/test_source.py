@@ -7,14 +7,13 @@ S3 is the one thing that cannot exist here: a moto S3 server on 127.0.0.1 stands
 
 import base64
 import hashlib
-import io
 import subprocess
 import tarfile
 import zipfile
 
 import pytest
 
-from conftest import BIN, SCRIPTS, free_port, run_train
+from conftest import BIN, free_port, run_train
 
 DEP = "opentc_testdep"
 

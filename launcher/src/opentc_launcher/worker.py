@@ -131,6 +131,10 @@ def main(argv: Optional[list[str]] = None) -> NoReturn:
             session = XlaSession.start(options, identity, os.environ)
     except LaunchRefused as e:
         refuse(str(e))
+    except Exception as e:  # torch_xla missing or broken, a runtime that does not start
+        log.error("PyTorch/XLA could not be prepared, so the script did not start")
+        record_failure(e, 1)
+        sys.exit(1)
 
     # Only if the user's environment did not already decide what SIGTERM does.
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

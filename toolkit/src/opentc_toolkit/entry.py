@@ -92,7 +92,8 @@ def run_job(base_env: Mapping[str, str], supervisor: Supervisor) -> tuple[Outcom
         with tempfile.TemporaryDirectory(prefix="opentc-") as scratch:
             plan = build_plan(job, settings, launch, env, script, scratch)
             if plan.peers:
-                wait_for_hosts(plan.peers, launch.peer_timeout)
+                wait_for_hosts(plan.peers, launch.peer_timeout,
+                               stopped=lambda: supervisor.stop_requested is not None)
             describe(plan)
             result = supervisor.run(plan.argv, plan.env, plan.cwd, workers_are_children=plan.uses_launcher)
             if result.exit_code == 0 and result.stopped_by is None:

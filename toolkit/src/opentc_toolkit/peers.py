@@ -19,8 +19,10 @@ class PeerUnreachable(JobConfigError):
 def wait_for_hosts(hosts: Iterable[str], timeout: float,
                    resolve: Callable[[str], object] = lambda h: socket.getaddrinfo(h, None),
                    clock: Callable[[], float] = time.monotonic,
-                   sleep: Callable[[float], None] = time.sleep) -> None:
-    """Return once every host name resolves; raise PeerUnreachable naming the first that did not in time.
+                   sleep: Callable[[float], None] = time.sleep,
+                   stopped: Callable[[], bool] = lambda: False) -> None:
+    """Return once every host name resolves (or the job is stopped); raise PeerUnreachable naming the
+    first host that did not resolve in time.
 
     SageMaker's hosts come up at about the same time, but a name may resolve a little later than the
     container starts.
@@ -28,7 +30,7 @@ def wait_for_hosts(hosts: Iterable[str], timeout: float,
     deadline = clock() + timeout
     for host in hosts:
         delay = 0.5
-        while True:
+        while not stopped():
             try:
                 resolve(host)
                 break

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import psutil
-
 from opentc_launcher.errors import normalise_exit_code
 
 log = logging.getLogger(__name__)
