@@ -1,0 +1,143 @@
+"""The container tests: the built image, run through the docker CLI the way SageMaker and users run it.
+
+Which image: OPENTC_IMAGE (dev/test builds it from ./Dockerfile and sets it). Which engine: DOCKER_HOST, and
+OPENTC_DOCKER for the client (default /usr/bin/docker, else `docker` on PATH). A missing image or engine fails
+every test here with the reason; OPENTC_CONTAINER_TESTS=skip skips them (machines without root or Docker).
+Nothing is mocked but the GPU: the image runs its jobs on XLA:CPU, as the CPU stand-in build is meant to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from conftest import Job
+
+OPT_OUT = "OPENTC_CONTAINER_TESTS"
+DOCKER = os.environ.get("OPENTC_DOCKER") or (
+    "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else shutil.which("docker") or "docker")
+
+
+def docker(*args: str, timeout: float = 120, input: Optional[str] = None) -> subprocess.CompletedProcess:
+    """One docker CLI call (an argv list, never a shell string); stdout and stderr together."""
+    return subprocess.run([DOCKER, *args], input=input, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout)
+
+
+def unique(prefix: str = "opentc-test") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The image under test; fails (never skips silently) when it or the engine is not there."""
+    if os.environ.get(OPT_OUT) == "skip":
+        pytest.skip(f"container tests skipped: {OPT_OUT}=skip")
+    hint = (f"dev/test builds the image and starts the engine (it needs root and apt); set {OPT_OUT}=skip "
+            f"to run the other tests without Docker.")
+    build_error = os.environ.get("OPENTC_CONTAINER_ERROR")
+    if build_error:
+        pytest.fail(f"no image to test: {build_error}. {hint}", pytrace=False)
+    name = os.environ.get("OPENTC_IMAGE")
+    if not name:
+        pytest.fail(f"OPENTC_IMAGE is not set: no image to test. {hint}", pytrace=False)
+    try:
+        found = docker("image", "inspect", "--format", "{{.Id}}", name, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.fail(f"the docker client {DOCKER} could not be run: {e}. {hint}", pytrace=False)
+    if found.returncode != 0:
+        pytest.fail(f"image {name} not found through {DOCKER} (DOCKER_HOST={os.environ.get('DOCKER_HOST')}): "
+                    f"{found.stdout.strip()}. {hint}", pytrace=False)
+    return name
+
+
+@pytest.fixture
+def containers(image):
+    """Names for containers (and networks, images) a test creates; all removed when it ends."""
+    made: list[tuple[str, str]] = []
+
+    def name(kind: str = "container", prefix: str = "opentc-test") -> str:
+        value = unique(prefix)
+        made.append((kind, value))
+        return value
+
+    yield name
+    for kind, value in reversed(made):
+        command = {"container": ("rm", "--force", "--volumes"), "network": ("network", "rm"),
+                   "image": ("image", "rm", "--force")}[kind]
+        docker(*command, value)
+
+
+@pytest.fixture(autouse=True)
+def _files_back_to_the_tester(request, tmp_path):
+    """Jobs write into tmp_path as root (as on SageMaker); give the files back so pytest can delete them."""
+    yield
+    if os.getuid() == 0 or "image" not in request.fixturenames:
+        return
+    image = request.getfixturevalue("image")
+    docker("run", "--rm", "--network", "none", "--entrypoint", "chown", "-v", f"{tmp_path}:/mnt", image,
+           "-R", f"{os.getuid()}:{os.getgid()}", "/mnt")
+
+
+@dataclass
+class ContainerRun:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def run_job(image: str, name: str, job: Optional[Job] = None, *options: str, timeout: float = 600,
+            command: tuple[str, ...] = ("train",)) -> ContainerRun:
+    """`docker run --network none -v <job>:/opt/ml <image> train`: the job folder is what SageMaker mounts."""
+    mount = ("-v", f"{job.root}:/opt/ml") if job else ()
+    started = time.monotonic()
+    try:
+        proc = docker("run", "--name", name, "--network", "none", *mount, *options, image, *command,
+                      timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the job did not end within {timeout} s:\n{logs(name)[-5000:]}") from None
+    return ContainerRun(proc.returncode, proc.stdout, time.monotonic() - started)
+
+
+def start_job(image: str, job: Job, name: str, *options: str, network: str = "none") -> None:
+    """The same, detached: the container keeps running after this returns."""
+    started = docker("run", "--detach", "--name", name, "--network", network, "-v", f"{job.root}:/opt/ml",
+                     *options, image, "train")
+    assert started.returncode == 0, started.stdout
+
+
+def wait_container(name: str, timeout: float) -> int:
+    try:
+        waited = docker("wait", name, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"container {name} still running after {timeout} s:\n{logs(name)}") from None
+    assert waited.returncode == 0, waited.stdout
+    return int(waited.stdout.strip())
+
+
+def logs(name: str) -> str:
+    return docker("logs", name).stdout
+
+
+def inspect(name: str) -> dict:
+    found = docker("inspect", name)
+    assert found.returncode == 0, found.stdout
+    return json.loads(found.stdout)[0]
+
+
+def only_sagemaker_hyperparameters(job: Job) -> None:
+    """Drop the sample script's own arguments (another script gets the job)."""
+    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())

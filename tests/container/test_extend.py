@@ -1,0 +1,60 @@
+"""The image as a base: a user's Dockerfile FROM it adds a requirement (a local package, so the build needs no
+index) and a training script in /opt/ml/code with SAGEMAKER_PROGRAM, as AWS documents for custom images.
+The job then runs without network, with input/, model/ and output/ mounted one by one as SageMaker mounts them
+(a mount of all of /opt/ml would hide the baked code)."""
+
+import textwrap
+
+from .conftest import docker, run_job
+
+SCRIPT = """\
+import importlib.metadata, os
+import torch
+from shout import shout
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "shout.txt"), "w") as f:
+    f.write(f"{shout('hello')} shout {importlib.metadata.version('shout')} torch {torch.__version__}")
+"""
+
+
+def write_build_context(folder, image):
+    package = folder / "shout"
+    package.mkdir(parents=True)
+    (package / "pyproject.toml").write_text(textwrap.dedent("""\
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "shout"
+        version = "1.2.3"
+        """))
+    (package / "shout.py").write_text("def shout(text):\n    return text.upper() + '!'\n")
+    (folder / "train.py").write_text(SCRIPT)
+    (folder / "Dockerfile").write_text(textwrap.dedent(f"""\
+        FROM {image}
+        COPY shout /tmp/shout
+        RUN pip install --no-cache-dir --no-index --no-build-isolation /tmp/shout && rm -rf /tmp/shout
+        COPY train.py /opt/ml/code/train.py
+        ENV SAGEMAKER_PROGRAM=train.py
+        """))
+
+
+def test_a_derived_image_runs_its_own_script_and_requirement(image, make_job, containers, tmp_path):
+    context = tmp_path / "context"
+    write_build_context(context, image)
+    derived = containers("image", "opentc-test-derived")
+    built = docker("build", "--tag", derived, str(context), timeout=600)
+    assert built.returncode == 0, built.stdout[-4000:]
+
+    job = make_job()
+    hyperparameters = job.hyperparameters()
+    del hyperparameters["sagemaker_program"]          # the image says which script: SAGEMAKER_PROGRAM
+    job.write_hyperparameters(hyperparameters)
+    mounts = [arg for part in ("input", "model", "output")
+              for arg in ("-v", f"{job.root / part}:/opt/ml/{part}")]
+    (job.root / "model").mkdir(exist_ok=True)
+    (job.root / "output").mkdir(exist_ok=True)
+    result = run_job(derived, containers(), None, *mounts)
+    assert result.returncode == 0, result.output[-4000:]
+    assert (job.model / "shout.txt").read_text().startswith("HELLO! shout 1.2.3 torch 2.7.0")
+    assert job.succeeded

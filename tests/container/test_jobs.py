@@ -1,0 +1,49 @@
+"""Jobs in the image, as SageMaker runs them: `docker run --network none -v <job>:/opt/ml <image> train` on a
+copy of sample/job (compiler on, XLA:CPU: no GPU here), in debug mode, with a bad hyperparameter, and the
+sample job baked into the image."""
+
+from .conftest import files_under, run_job
+
+COMPILER_LINES = ("Found configuration for Training Compiler", "Configuring SM Training Compiler...")
+
+
+def test_sample_job_trains_with_the_compiler(image, make_job, containers):
+    job = make_job()
+    result = run_job(image, containers(), job)
+    assert result.returncode == 0, result.output[-5000:]
+    for line in COMPILER_LINES + ("PJRT_DEVICE=CPU", "Reporting training SUCCESS"):
+        assert line in result.output
+    assert job.succeeded and job.failure is None
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(files_under(job.model))
+    metrics = job.read_json("output/data/metrics.json")
+    assert metrics["device"].startswith("xla") and metrics["torch_xla_imported"] is True
+    assert len(metrics["losses"]) >= 2 and metrics["losses"][-1]["loss"] < metrics["losses"][0]["loss"]
+
+
+def test_debug_mode_leaves_compiler_artefacts_in_output_data(image, make_job, containers):
+    job = make_job()
+    job.set_hyperparameters(sagemaker_training_compiler_debug_mode=True, max_steps=3, log_every=1)
+    result = run_job(image, containers(), job)
+    assert result.returncode == 0, result.output[-5000:]
+    assert "Training Compiler set to debug mode" in result.output
+    artefacts = files_under(job.compiler_output)
+    assert "XLA_METRICS_FILE.txt" in artefacts, artefacts
+    assert any(name.startswith("XLA_SAVE_TENSORS_FILE.hlo") for name in artefacts), artefacts  # + ordinal
+    assert any(name.startswith("xla_dump/") for name in artefacts), artefacts
+    assert "CompileTime" in (job.compiler_output / "XLA_METRICS_FILE.txt").read_text()
+
+
+def test_a_bad_hyperparameter_fails_with_the_reason(image, make_job, containers):
+    job = make_job()
+    job.write_hyperparameters({**job.hyperparameters(), "sagemaker_training_compiler_enabled": '"maybe"'})
+    result = run_job(image, containers(), job)
+    assert result.returncode == 2, result.output[-3000:]
+    assert job.failure.startswith("Training not started: hyperparameter sagemaker_training_compiler_enabled "
+                                  "has the value 'maybe', which is not accepted")
+    assert not job.succeeded and files_under(job.model) == []
+
+
+def test_the_sample_job_in_the_image_runs_as_its_help_says(image, containers):
+    result = run_job(image, containers(), command=("opentc-train", "/opt/opentc/sample-job"))
+    assert result.returncode == 0, result.output[-5000:]
+    assert COMPILER_LINES[0] in result.output and "Reporting training SUCCESS" in result.output

@@ -1,0 +1,185 @@
+"""buildspec.yml (AWS CodeBuild), checked offline so that a typo fails CI rather than the release build.
+
+Its structure against tests/buildspec.schema.json, then a dry run: every phase's commands in order, each
+through the shell the buildspec names, in one shell process for the whole build as buildspec 0.2 runs them
+(variables carry from phase to phase), with CodeBuild's rules for a failing phase (post_build runs after a
+failed build unless on-failure is ABORT). Stubbed: `aws` (ECR) and `docker` (the engine, and the GPU image it
+would build), as scripts on PATH that record their argv. Everything else runs for real, including pip and
+pytest; the container tests skip themselves (OPENTC_CONTAINER_TESTS=skip) since docker is a stub.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((REPO / "tests" / "buildspec.schema.json").read_text())
+PHASES = ("install", "pre_build", "build", "post_build")
+ACCOUNT, REGION = "123456789012", "us-west-2"
+REGISTRY = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
+VERSION = re.search(r'^version = "(.+)"', (REPO / "toolkit" / "pyproject.toml").read_text(), re.M)[1]
+TAG = f"{VERSION}-gpu-py310-cu126-ubuntu22.04-sagemaker"
+
+STUB = """\
+#!{python}
+import json, os, sys
+name = os.path.basename(sys.argv[0])
+record = {{"argv": [name, *sys.argv[1:]]}}
+if "--password-stdin" in sys.argv:
+    record["stdin"] = sys.stdin.read()
+with open(os.environ["STUB_LOG"], "a") as f:
+    f.write(json.dumps(record) + "\\n")
+if sys.argv[1:3] == ["ecr", "get-login-password"]:
+    print("stub-ecr-password")
+sys.exit(1 if " ".join([name, *sys.argv[1:2]]) == os.environ.get("STUB_FAIL") else 0)
+"""
+
+# Runs the commands listed in the manifest ("phase policy file" lines) in this one shell, as CodeBuild does.
+DRIVER = r"""
+CODEBUILD_BUILD_SUCCEEDING=1; export CODEBUILD_BUILD_SUCCEEDING
+__failed=
+while read -r __phase __policy __file <&3; do
+  if [ "$__phase" = "$__failed" ]; then continue; fi
+  echo "[dry run: $__phase] $(cat "$__file")"
+  eval "$(cat "$__file")" </dev/null
+  __rc=$?
+  echo "$__file $__rc" >>"$DRY_RUN_RESULTS"
+  if [ "$__rc" -ne 0 ]; then
+    __failed=$__phase; CODEBUILD_BUILD_SUCCEEDING=0
+    [ "$__policy" = continue ] || break
+  fi
+done 3<"$DRY_RUN_MANIFEST"
+"""
+
+
+def load():
+    return yaml.safe_load((REPO / "buildspec.yml").read_text())
+
+
+class DryRun:
+    def __init__(self, folder: Path, spec: dict, stub_fail: str = "", project_env: dict | None = None):
+        self.folder = folder
+        bin_dir = folder / "bin"
+        bin_dir.mkdir(parents=True)
+        for name in ("aws", "docker"):
+            (bin_dir / name).write_text(STUB.format(python=sys.executable))
+            (bin_dir / name).chmod(0o755)
+        manifest, self.commands = [], []
+        assert all("finally" not in spec["phases"].get(p, {}) for p in PHASES), "the dry run has no `finally`"
+        for phase in PHASES:
+            body = spec["phases"].get(phase)
+            if not body:
+                continue
+            default = "continue" if phase == "build" else "abort"   # CodeBuild: post_build runs after build
+            policy = {"ABORT": "abort", "CONTINUE": "continue"}.get(body.get("on-failure"), default)
+            for command in body["commands"]:
+                path = folder / f"command-{len(self.commands)}"
+                path.write_text(command)
+                manifest.append(f"{phase} {policy} {path}\n")
+                self.commands.append(command)
+        (folder / "manifest").write_text("".join(manifest))
+        shell = {"bash": "/bin/bash", "/bin/sh": "/bin/sh"}[spec.get("env", {}).get("shell", "/bin/sh")]
+        env = {
+            "PATH": os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+            "HOME": str(folder), "LANG": "C.UTF-8",
+            "STUB_LOG": str(folder / "calls.jsonl"), "STUB_FAIL": stub_fail,
+            "DRY_RUN_MANIFEST": str(folder / "manifest"), "DRY_RUN_RESULTS": str(folder / "results"),
+            "PYTEST_DEBUG_TEMPROOT": str(folder), "OPENTC_CONTAINER_TESTS": "skip",
+            # What CodeBuild provides, then the buildspec's variables, then the project's (which win).
+            "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION, "CODEBUILD_SRC_DIR": str(REPO),
+            "CODEBUILD_SOURCE_REPO_URL": "https://example.com/opentc.git",
+            **spec.get("env", {}).get("variables", {}),
+            "AWS_ACCOUNT_ID": ACCOUNT, **(project_env or {}),
+        }
+        proc = subprocess.run([shell, "-c", DRIVER], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout
+        self.output = proc.stdout
+        results = (folder / "results").read_text().splitlines() if (folder / "results").exists() else []
+        self.exit_codes = [int(line.rsplit(" ", 1)[1]) for line in results]
+        log = folder / "calls.jsonl"
+        self.calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def argvs(self, *prefix):
+        return [c["argv"] for c in self.calls if c["argv"][:len(prefix)] == list(prefix)]
+
+    def index(self, *prefix):
+        return next(i for i, c in enumerate(self.calls) if c["argv"][:len(prefix)] == list(prefix))
+
+
+def build_args(argv):
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--build-arg")
+
+
+def test_buildspec_matches_the_schema():
+    jsonschema.validate(load(), SCHEMA)
+
+
+@pytest.mark.parametrize("mutate, complaint", [
+    (lambda s: s["phases"].__setitem__("pre-build", s["phases"].pop("pre_build")), "pre-build"),
+    (lambda s: s["phases"]["build"]["commands"].append({"echo built": "ok"}), "is not of type 'string'"),
+    (lambda s: s["phases"]["build"].__setitem__("on-failure", "STOP"), "STOP"),
+    (lambda s: s["env"]["variables"].__setitem__("DOCKER_BUILDKIT", 1), "is not of type 'string'"),
+    (lambda s: s["phases"]["post_build"].pop("commands"), "'commands' is a required property"),
+])
+def test_the_schema_rejects_likely_mistakes(mutate, complaint):
+    spec = copy.deepcopy(load())
+    mutate(spec)
+    with pytest.raises(jsonschema.ValidationError, match=re.escape(complaint)):
+        jsonschema.validate(spec, SCHEMA)
+
+
+def test_dry_run_logs_in_builds_tests_and_pushes_the_dlc_style_tag(tmp_path):
+    run = DryRun(tmp_path, load())
+    assert run.exit_codes == [0] * len(run.commands), run.output
+    uri = f"{REGISTRY}/opentc:{TAG}"
+    assert run.argvs("aws") == [["aws", "ecr", "get-login-password", "--region", REGION]]
+    login = [c for c in run.calls if c["argv"][:2] == ["docker", "login"]]
+    assert [c["argv"] for c in login] == [["docker", "login", "--username", "AWS", "--password-stdin", REGISTRY]]
+    assert login[0]["stdin"].strip() == "stub-ecr-password"      # the password went through the pipe
+    [build] = run.argvs("docker", "build")
+    assert build[-3:] == ["--tag", uri, "."]
+    args = build_args(build)
+    assert args["OPENTC_VERSION"] == VERSION and args["SOURCE_URL"] == "https://example.com/opentc.git"
+    assert not {"BASE_IMAGE", "TORCH_XLA_SPEC"} & set(args), "the GPU image uses the Dockerfile's defaults"
+    assert ["docker", "run", "--rm", uri] in run.argvs("docker", "run")                  # the help
+    assert any(argv[4:6] == ["python", "-c"] for argv in run.argvs("docker", "run", "--rm", uri))
+    assert "container tests skipped: OPENTC_CONTAINER_TESTS=skip" in run.output          # pytest found them
+    assert run.argvs("docker", "push") == [["docker", "push", uri]]
+    order = [run.index("docker", "login"), run.index("docker", "build"), run.index("docker", "run"),
+             run.index("docker", "push")]
+    assert order == sorted(order) and run.calls[-1]["argv"][:2] == ["docker", "push"]
+
+
+def test_the_repository_comes_from_the_project_environment(tmp_path):
+    run = DryRun(tmp_path, load(), project_env={"ECR_REPOSITORY": "ml/opentc"})
+    assert run.argvs("docker", "push") == [["docker", "push", f"{REGISTRY}/ml/opentc:{TAG}"]]
+
+
+def test_a_typo_in_a_command_fails_the_dry_run_and_nothing_is_pushed(tmp_path):
+    spec = load()
+    spec["phases"]["build"]["commands"][0] = spec["phases"]["build"]["commands"][0].replace("docker", "dokcer", 1)
+    run = DryRun(tmp_path, spec)
+    assert 127 in run.exit_codes                                  # command not found
+    assert run.argvs("docker", "build") == [] and run.argvs("docker", "push") == []
+
+
+@pytest.mark.parametrize("on_failure", ["ABORT", "CONTINUE"])
+def test_a_failing_image_test_stops_the_push(tmp_path, on_failure):
+    # With CONTINUE (CodeBuild's default for build), post_build still runs: its guard must stop the push.
+    spec = load()
+    spec["phases"]["build"]["on-failure"] = on_failure
+    run = DryRun(tmp_path, spec, stub_fail="docker run")
+    assert run.argvs("docker", "build") and run.argvs("docker", "run")
+    assert run.argvs("docker", "push") == []
+    assert run.exit_codes[-1] != 0
