@@ -104,11 +104,12 @@ class Supervisor:
         _signal_all(self._workers(), signal.SIGTERM)
 
     def _workers(self) -> list:
-        """The processes that run user scripts: the launched process, or its children under opentc-run."""
+        """The processes that run user scripts: the launched process, or its children under opentc-run
+        (before opentc-run has started them, opentc-run itself, which then stops them as torchrun does)."""
         if self._root is None:
             return []
         try:
-            return self._root.children() if self._workers_are_children else [self._root]
+            return (self._root.children() or [self._root]) if self._workers_are_children else [self._root]
         except psutil.Error:
             return []
 
