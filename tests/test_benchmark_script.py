@@ -1,0 +1,27 @@
+"""The benchmark stays runnable: one real eager measurement through its worker, and its tables from the
+committed results (the full benchmark is too long for the suite: benchmarks/RESULTS.md)."""
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO, clean_env
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import compiler_benchmark  # noqa: E402
+
+
+def test_worker_measures_one_configuration():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_worker.py"), "--runtime", "eager",
+                           "--config", "tiny", "--seq", "16", "--batch", "2", "--warmup", "1", "--steps", "2"],
+                          env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("BENCH_RESULT "))
+    result = json.loads(line.split(" ", 1)[1])
+    assert result["device"] == "cpu" and result["median_step_s"] > 0 and result["tokens_per_s"] > 0
+
+
+def test_committed_results_render_as_the_results_file_shows():
+    results = json.loads((REPO / "benchmarks" / "results" / "latest.json").read_text())
+    table = compiler_benchmark.render(results)
+    assert table == results["table"]
+    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
