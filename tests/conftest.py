@@ -86,6 +86,10 @@ class Job:
     def write_hyperparameters(self, raw: dict[str, str]) -> None:
         (self.config / "hyperparameters.json").write_text(json.dumps(raw, indent=2))
 
+    def drop_script_hyperparameters(self) -> None:
+        """Keep only the sagemaker_* keys: the sample script's own arguments are not for another script."""
+        self.write_hyperparameters({k: v for k, v in self.hyperparameters().items() if k.startswith("sagemaker_")})
+
     def set_hyperparameters(self, **values) -> None:
         """Add or replace hyperparameters, encoded as the SDK encodes them."""
         self.write_hyperparameters({**self.hyperparameters(), **sdk_encode(values)})

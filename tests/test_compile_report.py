@@ -86,7 +86,7 @@ def test_report_is_written_when_the_script_fails(tmp_path):
 def test_compilation_limit_stops_the_job_with_a_clear_failure(make_job):
     job = make_job()
     job.use_script("compile/changing_shapes.py")
-    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.drop_script_hyperparameters()
     job.set_hyperparameters(sagemaker_training_compiler_max_compilations=4, steps=40)
     result = run_train(job)
     assert result.returncode == 4
@@ -99,7 +99,7 @@ def test_compilation_limit_stops_the_job_with_a_clear_failure(make_job):
 def cache_job(make_job):
     job = make_job()
     job.use_script("compile/static_shapes.py")
-    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.drop_script_hyperparameters()
     return job
 
 

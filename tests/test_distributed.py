@@ -12,7 +12,7 @@ from conftest import free_port, run_train, start_train, stop
 def distributed_job(make_job, name="", compiler=True, **hyperparameters):
     job = make_job(name)
     job.use_script("report_env.py")
-    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.drop_script_hyperparameters()
     job.set_hyperparameters(sagemaker_pytorch_xla_multi_worker_enabled=True,
                             sagemaker_training_compiler_enabled=compiler, tag="x y", **hyperparameters)
     return job

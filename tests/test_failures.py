@@ -13,7 +13,7 @@ FAILURE_REASON = 1024  # what DescribeTrainingJob shows of output/failure
 def failing_job(make_job, script, **hyperparameters):
     job = make_job()
     job.use_script(script)
-    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.drop_script_hyperparameters()
     if hyperparameters:
         job.set_hyperparameters(**hyperparameters)
     return job

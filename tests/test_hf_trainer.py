@@ -6,7 +6,7 @@ from conftest import run_train
 def trainer_job(make_job, **extra):
     job = make_job()
     job.use_script("run_clm_tiny.py")
-    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.drop_script_hyperparameters()
     job.set_hyperparameters(
         output_dir=str(job.model), max_steps=12, per_device_train_batch_size=4, learning_rate=0.003,
         logging_steps=3, save_strategy="no", report_to="none", optim="adamw_torch",

@@ -10,7 +10,7 @@ from conftest import pid_alive, start_train, stop, wait_for
 def long_job(make_job, workers=1, **hyperparameters):
     job = make_job()
     job.use_script("long_running.py")
-    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.drop_script_hyperparameters()
     job.set_hyperparameters(sagemaker_training_compiler_enabled=False,
                             sagemaker_pytorch_xla_multi_worker_enabled=workers > 1, **hyperparameters)
     return job
@@ -36,18 +36,25 @@ def assert_written_before_signal_intact(job, workers):
         assert (job.model / f"partial-rank{rank}.bin").read_text() == "model so far"
 
 
-def test_sigterm_stops_a_single_worker_cleanly(make_job, tmp_path):
-    job = long_job(make_job)
+def sigterm_once_started(job, tmp_path, workers=1, **env):
+    """Start `train`, wait for its workers, send it SIGTERM; returns (worker pids, exit code, seconds, log)."""
     log = tmp_path / "train.log"
-    proc = start_train(job, log, OPENTC_TERMINATION_GRACE="30")
+    proc = start_train(job, log, **env)
     try:
-        pids = started(job, 1, proc, log)
+        pids = started(job, workers, proc, log)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 143
-        assert time.monotonic() - sent < 10, "a worker that ends on SIGTERM must not wait for the grace period"
+        code = proc.wait(timeout=60)
+        return pids, code, time.monotonic() - sent, log.read_text()
     finally:
         stop(proc)
+
+
+def test_sigterm_stops_a_single_worker_cleanly(make_job, tmp_path):
+    job = long_job(make_job)
+    pids, code, waited, _ = sigterm_once_started(job, tmp_path, OPENTC_TERMINATION_GRACE="30")
+    assert code == 143
+    assert waited < 10, "a worker that ends on SIGTERM must not wait for the grace period"
     assert (job.model / "finally-rank0").exists()        # the script's finally block ran
     assert not pid_alive(pids[0])
     assert job.failure.startswith("Training stopped: SIGTERM received")
@@ -57,16 +64,11 @@ def test_sigterm_stops_a_single_worker_cleanly(make_job, tmp_path):
 
 def test_sigterm_reaches_every_worker_of_several(make_job, tmp_path):
     job = long_job(make_job, workers=2, on_sigterm="save")
-    log = tmp_path / "train.log"
-    proc = start_train(job, log, OPENTC_WORKERS_PER_HOST="2", OPENTC_TERMINATION_GRACE="30")
-    try:
-        pids = started(job, 2, proc, log)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=40) == 143, log.read_text()[-3000:]
-    finally:
-        stop(proc)
+    pids, code, waited, log = sigterm_once_started(job, tmp_path, workers=2, OPENTC_WORKERS_PER_HOST="2",
+                                                   OPENTC_TERMINATION_GRACE="30")
+    assert code == 143 and waited < 40, log[-3000:]
     for rank in range(2):
-        assert (job.model / f"sigterm-rank{rank}").exists(), log.read_text()[-3000:]
+        assert (job.model / f"sigterm-rank{rank}").exists(), log[-3000:]
         assert (job.checkpoints / f"final-rank{rank}.ckpt").read_text() == "saved on SIGTERM"
     assert not any(pid_alive(p) for p in pids)
     assert job.failure.startswith("Training stopped: SIGTERM received")
@@ -75,20 +77,12 @@ def test_sigterm_reaches_every_worker_of_several(make_job, tmp_path):
 
 def test_worker_ignoring_sigterm_is_killed_after_the_grace_period(make_job, tmp_path):
     job = long_job(make_job, on_sigterm="ignore")
-    log = tmp_path / "train.log"
-    proc = start_train(job, log, OPENTC_TERMINATION_GRACE="3")
-    try:
-        pids = started(job, 1, proc, log)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 143
-        waited = time.monotonic() - sent
-    finally:
-        stop(proc)
+    pids, code, waited, log = sigterm_once_started(job, tmp_path, OPENTC_TERMINATION_GRACE="3")
+    assert code == 143
     assert 2.5 < waited < 15, waited
     assert not pid_alive(pids[0])
     assert "the workers were killed with SIGKILL" in job.failure
-    assert "sending SIGKILL" in log.read_text()
+    assert "sending SIGKILL" in log
     assert_written_before_signal_intact(job, 1)
 
 

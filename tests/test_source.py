@@ -63,7 +63,7 @@ def job_with_source(make_job, submit_directory):
     job = make_job()
     for item in (job.root / "code").iterdir():   # SageMaker's code folder starts empty
         item.unlink()
-    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
+    job.drop_script_hyperparameters()
     job.set_hyperparameters(sagemaker_program="entry.py", sagemaker_submit_directory=submit_directory,
                             sagemaker_training_compiler_enabled=False)
     return job

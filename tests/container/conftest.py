@@ -134,10 +134,5 @@ def inspect(name: str) -> dict:
     return json.loads(found.stdout)[0]
 
 
-def only_sagemaker_hyperparameters(job: Job) -> None:
-    """Drop the sample script's own arguments (another script gets the job)."""
-    job.write_hyperparameters({k: v for k, v in job.hyperparameters().items() if k.startswith("sagemaker_")})
-
-
 def files_under(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())

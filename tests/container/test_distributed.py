@@ -5,7 +5,7 @@ the launch path of a real XLA job (torchrun rendezvous on hosts[0], PJRT variabl
 cross-process collectives, so sagemaker_training_compiler_cpu_multi_worker="unsynchronized" lets it start,
 and the script's own gloo all-reduce proves that the hosts really talk."""
 
-from .conftest import docker, logs, only_sagemaker_hyperparameters, start_job, wait_container
+from .conftest import docker, logs, start_job, wait_container
 
 HOSTS = ["algo-1", "algo-2"]
 
@@ -18,7 +18,7 @@ def test_two_hosts_rendezvous_and_both_finish(image, make_job, containers):
     for host in HOSTS:
         job = make_job(host)
         job.use_script("report_env.py")
-        only_sagemaker_hyperparameters(job)
+        job.drop_script_hyperparameters()
         job.set_hyperparameters(sagemaker_pytorch_xla_multi_worker_enabled=True,
                                 sagemaker_training_compiler_enabled=True,
                                 sagemaker_training_compiler_cpu_multi_worker="unsynchronized", tag="x y")

@@ -5,13 +5,13 @@ import time
 
 from conftest import wait_for
 
-from .conftest import docker, inspect, logs, only_sagemaker_hyperparameters, start_job
+from .conftest import docker, inspect, logs, start_job
 
 
 def long_job(make_job, **hyperparameters):
     job = make_job()
     job.use_script("long_running.py")
-    only_sagemaker_hyperparameters(job)
+    job.drop_script_hyperparameters()
     job.set_hyperparameters(sagemaker_training_compiler_enabled=False, **hyperparameters)
     return job
 
