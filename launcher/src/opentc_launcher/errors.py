@@ -73,10 +73,6 @@ class FailureRecord:
     traceback: str = ""
     stderr_tail: str = ""
 
-    @property
-    def signal(self) -> Optional[str]:
-        return signal_name(self.exit_code)
-
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -111,7 +110,3 @@ def xla_runtime_env(device: str, identity: WorkerIdentity, env: Mapping[str, str
             if path and not path.endswith(f".rank{identity.rank}"):
                 updates[name] = f"{path}.rank{identity.rank}"
     return updates
-
-
-def per_rank_folder(root: str, identity: WorkerIdentity) -> str:
-    return os.path.join(root, f"rank-{identity.rank}")

@@ -9,7 +9,7 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-from opentc_launcher.errors import FailureRecord, read_error_file, tail
+from opentc_launcher.errors import FailureRecord, read_error_file, signal_name, tail
 
 from .supervisor import ProcessResult
 
@@ -30,14 +30,11 @@ class Outcome:
 
 
 def _describe_exit(code: int) -> str:
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            return f"exit code {code}"
-        hint = "; on SageMaker this usually means the instance ran out of memory" if name == "SIGKILL" else ""
-        return f"exit code {code}, i.e. killed by {name}{hint}"
-    return f"exit code {code}"
+    name = signal_name(code)
+    if name is None:
+        return f"exit code {code}"
+    hint = "; on SageMaker this usually means the instance ran out of memory" if name == "SIGKILL" else ""
+    return f"exit code {code}, i.e. killed by {name}{hint}"
 
 
 def compose(headline: str, summary: str = "", details: str = "") -> str:
