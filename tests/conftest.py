@@ -12,7 +12,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -20,6 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_JOB = REPO / "sample" / "job"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 BIN = Path(sys.executable).parent
+# The image's `train` is opentc-train (first on its PATH); sagemaker-training's own `train` reaches the same
+# entry through this variable.
+TRAIN = BIN / "opentc-train"
 TRAINING_MODULE = "opentc_toolkit.entry:main"
 
 # Variables from the caller's shell that would change what a job does; every test starts without them.
@@ -72,7 +74,7 @@ class Job:
         return self.root / "checkpoints"
 
     @property
-    def failure(self) -> Optional[str]:
+    def failure(self) -> str | None:
         path = self.output / "failure"
         return path.read_text() if path.exists() else None
 
@@ -124,22 +126,29 @@ def train_env(job: Job, **extra: str) -> dict[str, str]:
     return clean_env(SAGEMAKER_BASE_DIR=str(job.root), SAGEMAKER_TRAINING_MODULE=TRAINING_MODULE, **extra)
 
 
-def run_train(job: Job, timeout: float = 600, **extra_env: str) -> TrainResult:
+def run_train(job: Job, timeout: float = 600, command: Path | None = None, **extra_env: str) -> TrainResult:
     """The image's command, `train`, on this job folder; stdout and stderr together, as CloudWatch has them."""
     started = time.monotonic()
-    proc = subprocess.run([str(BIN / "train")], env=train_env(job, **extra_env), cwd=str(job.root),
+    proc = subprocess.run([str(command or TRAIN)], env=train_env(job, **extra_env), cwd=str(job.root),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return TrainResult(proc.returncode, proc.stdout, time.monotonic() - started)
 
 
+def logged_failure(output: str) -> str:
+    """What `train` logged after "Reporting training FAILURE": the failure reason, which must end the log."""
+    assert "Reporting training FAILURE\n" in output, output[-3000:]
+    after = output.split("Reporting training FAILURE\n", 1)[1]
+    return after.split(" ERROR    ", 1)[1]
+
+
 def start_train(job: Job, log_path: Path, **extra_env: str) -> subprocess.Popen:
-    log = open(log_path, "w")
-    return subprocess.Popen([str(BIN / "train")], env=train_env(job, **extra_env), cwd=str(job.root),
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    with open(log_path, "w") as log:   # the child keeps its own copy of the descriptor
+        return subprocess.Popen([str(TRAIN)], env=train_env(job, **extra_env), cwd=str(job.root),
+                                stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
-def wait_for(predicate, timeout: float, what: str, proc: Optional[subprocess.Popen] = None,
-             log_path: Optional[Path] = None):
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None,
+             log_path: Path | None = None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

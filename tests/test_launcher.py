@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 from conftest import BIN, SCRIPTS, clean_env, free_port
-
 from opentc_launcher.commands import run_command, worker_command
 
 

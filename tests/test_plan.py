@@ -5,20 +5,22 @@ from types import MappingProxyType
 
 import pytest
 
+from opentc_launcher.decision import decide
+from opentc_launcher.options import WorkerOptions
 from opentc_toolkit.compiler import CompilerSettings
 from opentc_toolkit.errors import JobConfigError
 from opentc_toolkit.job import JobPaths, TrainingJob
-from opentc_toolkit.plan import LaunchSettings, build_plan
+from opentc_toolkit.outcome import LauncherFailureReport, WorkerErrorFile
+from opentc_toolkit.plan import MAX_ARG_BYTES, LaunchSettings, build_plan
 
 PY = "/usr/bin/python3"
 
 
-def job(hosts=("algo-1",), current="algo-1", gpus=0, args=("--epochs", "3")):
+def job(hosts=("algo-1",), current="algo-1", gpus=0, args=("--epochs", "3"), script_env=None):
     return TrainingJob(
-        paths=JobPaths.under("/opt/ml"), entry_point="train.py", submit_directory="/opt/ml/code",
+        paths=JobPaths("/opt/ml"), entry_point="train.py", submit_directory="/opt/ml/code",
         hyperparameters=MappingProxyType({}), framework_params=MappingProxyType({}), user_args=tuple(args),
-        hosts=tuple(hosts), current_host=current, num_gpus=gpus, num_cpus=8,
-        channels=MappingProxyType({}), script_env=MappingProxyType({}))
+        hosts=tuple(hosts), current_host=current, num_gpus=gpus, script_env=MappingProxyType(script_env or {}))
 
 
 def plan(j, settings, env=None, launch=None):
@@ -31,71 +33,83 @@ def option(argv, name):
 
 
 def test_single_worker_runs_the_bootstrap_in_one_process():
-    p = plan(job(), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "CPU"})
-    assert p.argv[:3] == (PY, "-m", "opentc_launcher.worker")   # no console script beside this python
-    assert p.argv[-3:] == ("/opt/ml/code/train.py", "--epochs", "3")
-    assert option(p.argv, "--runtime") == "xla" and option(p.argv, "--xla-device") == "CPU"
-    assert not p.uses_launcher and p.world_size == 1 and p.peers == ()
-    assert p.env["TORCHELASTIC_ERROR_FILE"] == "/tmp/scratch/worker-error.json"
-    assert p.cwd == "/opt/ml/code"
+    p = plan(job(), CompilerSettings(enabled=True))
+    argv = p.command.argv
+    assert argv[:3] == (PY, "-m", "opentc_launcher.worker")   # no console script beside this python
+    assert argv[-3:] == ("/opt/ml/code/train.py", "--epochs", "3")
+    assert option(argv, "--runtime") == "xla" and option(argv, "--xla-device") == "CPU"
+    assert not p.command.workers_are_children and p.world.size == 1 and p.peers == ()
+    assert p.failure_source == WorkerErrorFile("/tmp/scratch/worker-error.json")
+    assert p.command.env["TORCHELASTIC_ERROR_FILE"] == "/tmp/scratch/worker-error.json"
+    assert p.command.cwd == "/opt/ml/code"
     # one worker never gets torchrun's variables: HF would think it is distributed
-    assert "RANK" not in p.env and "WORLD_SIZE" not in p.env
+    assert "RANK" not in p.command.env and "WORLD_SIZE" not in p.command.env
 
 
 def test_compiler_off_uses_the_torch_runtime_and_no_cache():
     p = plan(job(), CompilerSettings(enabled=False))
-    assert option(p.argv, "--runtime") == "torch"
-    assert option(p.argv, "--compile-cache-dir") == ""
+    assert option(p.command.argv, "--runtime") == "torch"
+    assert option(p.command.argv, "--compile-cache-dir") == ""
+    assert p.command.env["USE_TORCH_XLA"] == "0"
 
 
 def test_multi_worker_one_host_is_a_local_rendezvous_with_one_worker_per_gpu():
-    p = plan(job(gpus=8), CompilerSettings(enabled=True, multi_worker=True), env={"PJRT_DEVICE": "CUDA"})
-    assert p.argv[:3] == (PY, "-m", "opentc_launcher.run")
-    assert option(p.argv, "--nproc-per-node") == "8"
-    assert "--standalone" in p.argv and "--master-addr" not in p.argv   # no name resolution at all
-    assert p.peers == () and p.uses_launcher and p.world_size == 8
-    assert option(p.argv, "--failure-report") == "/tmp/scratch/failure-report.json"
+    p = plan(job(gpus=8), CompilerSettings(enabled=True, multi_worker=True))
+    argv = p.command.argv
+    assert argv[:3] == (PY, "-m", "opentc_launcher.run")
+    assert option(argv, "--nproc-per-node") == "8" and option(argv, "--xla-device") == "CUDA"
+    assert "--standalone" in argv and "--master-addr" not in argv   # no name resolution at all
+    assert p.peers == () and p.command.workers_are_children and p.world.size == 8
+    assert p.failure_source == LauncherFailureReport("/tmp/scratch/failure-report.json")
+    assert option(argv, "--failure-report") == "/tmp/scratch/failure-report.json"
+    assert p.command.env["GPU_NUM_DEVICES"] == "8"
 
 
 @pytest.mark.parametrize("current,rank", [("algo-1", 0), ("algo-2", 1), ("algo-3", 2)])
 def test_multi_host_rendezvous_on_first_host(current, rank):
     hosts = ("algo-1", "algo-2", "algo-3")
     p = plan(job(hosts=hosts, current=current, gpus=4), CompilerSettings(enabled=True, multi_worker=True),
-             env={"PJRT_DEVICE": "CUDA"}, launch=LaunchSettings(master_port=7777, peer_timeout=42))
-    assert option(p.argv, "--nnodes") == "3" and option(p.argv, "--node-rank") == str(rank)
-    assert option(p.argv, "--master-addr") == "algo-1" and option(p.argv, "--master-port") == "7777"
-    assert option(p.argv, "--rdzv-conf") == "timeout=42"
+             launch=LaunchSettings(master_port=7777, peer_timeout=42))
+    argv = p.command.argv
+    assert option(argv, "--nnodes") == "3" and option(argv, "--node-rank") == str(rank)
+    assert option(argv, "--master-addr") == "algo-1" and option(argv, "--master-port") == "7777"
+    assert option(argv, "--rdzv-conf") == "timeout=42"
     assert p.peers == tuple(h for h in hosts if h != current)
-    assert p.world_size == 12
+    assert p.world.size == 12
 
 
 def test_several_hosts_without_multi_worker_train_independently():
-    p = plan(job(hosts=("algo-1", "algo-2"), current="algo-2"), CompilerSettings(enabled=True),
-             env={"PJRT_DEVICE": "CPU"})
-    assert not p.uses_launcher and p.peers == ()
+    p = plan(job(hosts=("algo-1", "algo-2"), current="algo-2"), CompilerSettings(enabled=True))
+    assert not p.command.workers_are_children and p.peers == () and p.world.size == 1
 
 
 def test_xla_cpu_with_several_workers_is_refused_before_launch():
     with pytest.raises(JobConfigError, match="no cross-process collectives"):
-        plan(job(hosts=("a", "b"), current="a"), CompilerSettings(enabled=True, multi_worker=True),
-             env={"PJRT_DEVICE": "CPU"})
+        plan(job(hosts=("a", "b"), current="a"), CompilerSettings(enabled=True, multi_worker=True))
     # asked for explicitly, it runs
     p = plan(job(hosts=("a", "b"), current="a"),
-             CompilerSettings(enabled=True, multi_worker=True, cpu_multi_worker="unsynchronized"),
-             env={"PJRT_DEVICE": "CPU"})
-    assert option(p.argv, "--cpu-multi-worker") == "unsynchronized"
+             CompilerSettings(enabled=True, multi_worker=True, cpu_multi_worker="unsynchronized"))
+    assert option(p.command.argv, "--cpu-multi-worker") == "unsynchronized"
     # plain PyTorch on CPU is fine: gloo has collectives
     plan(job(hosts=("a", "b"), current="a"), CompilerSettings(enabled=False, multi_worker=True))
 
 
 def test_workers_per_host_override_and_bad_values():
     p = plan(job(), CompilerSettings(enabled=False, multi_worker=True), launch=LaunchSettings(workers_per_host=3))
-    assert option(p.argv, "--nproc-per-node") == "3"
+    assert option(p.command.argv, "--nproc-per-node") == "3"
     assert LaunchSettings.from_env({"OPENTC_WORKERS_PER_HOST": "2", "OPENTC_PEER_TIMEOUT": "1.5"}) == \
         LaunchSettings(workers_per_host=2, peer_timeout=1.5)
-    for name, value in [("OPENTC_WORKERS_PER_HOST", "0"), ("OPENTC_PEER_TIMEOUT", "soon"), ("MASTER_PORT", "-1")]:
-        with pytest.raises(JobConfigError, match=name):
-            LaunchSettings.from_env({name: value})
+
+
+@pytest.mark.parametrize("name,value", [
+    ("OPENTC_WORKERS_PER_HOST", "0"), ("OPENTC_WORKERS_PER_HOST", "2.5"), ("OPENTC_PEER_TIMEOUT", "soon"),
+    ("OPENTC_PEER_TIMEOUT", "nan"), ("OPENTC_PEER_TIMEOUT", "inf"), ("OPENTC_PEER_TIMEOUT", "-1"),
+    ("OPENTC_TERMINATION_GRACE", "nan"), ("OPENTC_TERMINATION_GRACE", "-inf"), ("OPENTC_TERMINATION_GRACE", "-5"),
+    ("MASTER_PORT", "-1"), ("MASTER_PORT", "0"),
+])
+def test_launch_settings_refuse_what_cannot_work(name, value):
+    with pytest.raises(JobConfigError, match=f"environment variable {name}={value!r} is not accepted: use "):
+        LaunchSettings.from_env({name: value})
 
 
 def test_bad_pjrt_device_is_named():
@@ -103,15 +117,37 @@ def test_bad_pjrt_device_is_named():
         plan(job(), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "GPU"})
 
 
+def test_the_users_pjrt_device_decides_and_cuda_needs_a_gpu():
+    p = plan(job(gpus=2), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "cpu"})
+    assert option(p.command.argv, "--xla-device") == "CPU"
+    with pytest.raises(JobConfigError, match="^no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA"):
+        plan(job(gpus=0), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "CUDA"})
+
+
+def test_the_decision_is_made_once_deciding_again_changes_nothing():
+    requested = WorkerOptions(runtime="xla", cpu_multi_worker="unsynchronized")
+    for gpus, world in [(0, 1), (0, 4), (8, 8)]:
+        decided = decide(requested, world, {}, gpus)
+        assert decided.xla_device in ("CPU", "CUDA")
+        assert decide(decided, world, {}, gpus) == decided
+
+
 def test_hyperparameters_stay_one_argv_element_each():
     hostile = ("--note", "a b; touch /tmp/pwned $(id) `id` | cat")
     p = plan(job(args=hostile), CompilerSettings(enabled=False))
-    assert p.argv[-2:] == hostile
+    assert p.command.argv[-2:] == hostile
+
+
+def test_what_the_kernel_would_refuse_is_named_before_anything_starts():
+    with pytest.raises(JobConfigError, match=f"hyperparameter blob is {MAX_ARG_BYTES + 1} bytes long"):
+        plan(job(args=("--blob", "x" * (MAX_ARG_BYTES + 1))), CompilerSettings(enabled=False))
+    with pytest.raises(JobConfigError, match="the environment variable SM_HPS would be"):
+        plan(job(script_env={"SM_HPS": "y" * MAX_ARG_BYTES}), CompilerSettings(enabled=False))
 
 
 def test_cache_folder_defaults_under_checkpoints():
-    p = plan(job(), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "CPU"})
-    assert option(p.argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "xla-compile-cache")
-    assert option(p.argv, "--compile-report-dir") == "/opt/ml/output/data/compiler"
-    p = plan(job(), CompilerSettings(enabled=True, cache=False), env={"PJRT_DEVICE": "CPU"})
-    assert option(p.argv, "--compile-cache-dir") == ""
+    p = plan(job(), CompilerSettings(enabled=True))
+    assert option(p.command.argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "xla-compile-cache")
+    assert option(p.command.argv, "--compile-report-dir") == "/opt/ml/output/data/compiler"
+    p = plan(job(), CompilerSettings(enabled=True, cache=False))
+    assert option(p.command.argv, "--compile-cache-dir") == ""

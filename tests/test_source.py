@@ -23,7 +23,8 @@ def make_wheel(folder):
     files = {
         f"{DEP}/__init__.py": b"GREETING = 'installed from requirements.txt'\n",
         f"{DEP}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {DEP}\nVersion: 1.0\n".encode(),
-        f"{DEP}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{DEP}-1.0.dist-info/WHEEL":
+            b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = ""
     for name, data in files.items():
@@ -95,7 +96,7 @@ def test_s3_tarball(make_job, source_dir, tmp_path):
     server.start()
     try:
         endpoint = f"http://127.0.0.1:{port}"
-        creds = dict(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
+        creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
         s3 = boto3.client("s3", endpoint_url=endpoint, **creds)
         s3.create_bucket(Bucket="jobs")
         archive = tarball(source_dir, tmp_path / "sourcedir.tar.gz")

@@ -16,7 +16,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -27,7 +26,7 @@ DOCKER = os.environ.get("OPENTC_DOCKER") or (
     "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else shutil.which("docker") or "docker")
 
 
-def docker(*args: str, timeout: float = 120, input: Optional[str] = None) -> subprocess.CompletedProcess:
+def docker(*args: str, timeout: float = 120, input: str | None = None) -> subprocess.CompletedProcess:
     """One docker CLI call (an argv list, never a shell string); stdout and stderr together."""
     return subprocess.run([DOCKER, *args], input=input, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout)
@@ -95,7 +94,7 @@ class ContainerRun:
     seconds: float
 
 
-def run_job(image: str, name: str, job: Optional[Job] = None, *options: str, timeout: float = 600,
+def run_job(image: str, name: str, job: Job | None = None, *options: str, timeout: float = 600,
             command: tuple[str, ...] = ("train",)) -> ContainerRun:
     """`docker run --network none -v <job>:/opt/ml <image> train`: the job folder is what SageMaker mounts."""
     mount = ("-v", f"{job.root}:/opt/ml") if job else ()

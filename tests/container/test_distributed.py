@@ -25,12 +25,12 @@ def test_two_hosts_rendezvous_and_both_finish(image, make_job, containers):
         job.set_hosts(HOSTS, current=host)
         jobs.append(job)
         names.append(containers(prefix=f"opentc-test-{host}"))
-    for host, job, name in zip(HOSTS, jobs, names):
+    for host, job, name in zip(HOSTS, jobs, names, strict=True):
         start_job(image, job, name, "--hostname", host, "--network-alias", host,
                   "-e", "OPENTC_PEER_TIMEOUT=120", network=network)
     codes = [wait_container(name, 400) for name in names]
     assert codes == [0, 0], "\n".join(logs(name)[-3000:] for name in names)
-    for node, (host, job) in enumerate(zip(HOSTS, jobs)):
+    for node, (host, job) in enumerate(zip(HOSTS, jobs, strict=True)):
         report = job.read_json(f"model/env-rank{node}.json")
         assert (report["RANK"], report["LOCAL_RANK"], report["WORLD_SIZE"], report["GROUP_RANK"]) == (
             str(node), "0", "2", str(node))

@@ -47,7 +47,7 @@ def main():
     block_size = data_args.block_size
 
     def group_texts(examples):
-        joined = {k: sum(examples[k], []) for k in examples.keys()}
+        joined = {k: sum(examples[k], []) for k in examples}
         total = len(joined["input_ids"]) // block_size * block_size
         result = {k: [t[i:i + block_size] for i in range(0, total, block_size)] for k, t in joined.items()}
         result["labels"] = result["input_ids"].copy()

@@ -17,7 +17,7 @@ from .runtime import WorkerIdentity
 log = logging.getLogger("opentc_launcher")
 
 LOCK_FILE = ".opentc-writer.lock"
-_held_locks = []  # open lock files, kept for the life of the process (the lock ends with it)
+_held_locks: list[int] = []  # open lock files, kept for the life of the process (the lock ends with it)
 
 
 def cache_folder(root: str, torch_xla_version: str, device: str, identity: WorkerIdentity) -> str:

@@ -13,8 +13,8 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional
 
 log = logging.getLogger("opentc_launcher")
 
@@ -125,7 +125,7 @@ class CompileReport:
     rank: int
     world_size: int
     device: str
-    exit_code: Optional[int]
+    exit_code: int | None
     steps: int
     graphs_compiled: int
     compile_seconds_total: float
@@ -156,7 +156,7 @@ class CompileReport:
         return [head + ":"] + [f"  - {f.problem} To fix: {f.fix}." for f in self.findings]
 
 
-def _count(n: int, one: str, many: str) -> str:
+def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
@@ -178,13 +178,13 @@ def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations:
         found.append(Finding(f"CPU fallback ops: {ops}.", FALLBACK_FIX))
     if cache.get("load_failures"):
         found.append(Finding(
-            f"{_count(cache['load_failures'], 'persistent cache entry', 'persistent cache entries')} could not "
+            f"{_plural(cache['load_failures'], 'persistent cache entry', 'persistent cache entries')} could not "
             f"be loaded (corrupt, or written by another torch-xla build); they were compiled again.",
             "nothing needed: the entries were rewritten; delete the cache folder if this repeats"))
     return found
 
 
-def build_report(rank: int, world_size: int, device: str, exit_code: Optional[int],
+def build_report(rank: int, world_size: int, device: str, exit_code: int | None,
                  timeline: CompileTimeline, cache: dict) -> CompileReport:
     import torch_xla.debug.metrics as met
 
@@ -214,7 +214,7 @@ def build_report(rank: int, world_size: int, device: str, exit_code: Optional[in
     )
 
 
-def write_report(report: CompileReport, folder: str) -> Optional[str]:
+def write_compile_report(report: CompileReport, folder: str) -> str | None:
     """Write compile-report-rank<N>.json into folder; a failure to write is logged, never raised."""
     if not folder:
         return None

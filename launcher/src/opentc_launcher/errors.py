@@ -7,29 +7,21 @@ and `opentc-run` both find it; `FailureRecord` is the launcher's summary of the 
 from __future__ import annotations
 
 import json
-import signal
+import os
 import time
+import traceback
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 TAIL_CHARS = 3000
+# How a DataLoader worker's (or any re-raised) exception quotes the original traceback in its message.
+_ORIGINAL_TRACEBACK = "Original Traceback (most recent call last):"
 
 
-def normalise_exit_code(returncode: int) -> int:
-    """A shell-style exit code: a death by signal N becomes 128 + N (SIGKILL -> 137)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def signal_name(exit_code: int) -> Optional[str]:
-    if exit_code > 128:
-        try:
-            return signal.Signals(exit_code - 128).name
-        except ValueError:
-            return None
-    return None
-
-
-def write_error_file(path: str, *, summary: str, traceback_text: str, exit_code: int) -> None:
+def record_error(summary: str, traceback_text: str, exit_code: int) -> None:
+    """Write this process's error record where its launcher looks for it ($TORCHELASTIC_ERROR_FILE), if anywhere."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
     data = {
         "message": {
             "message": summary,
@@ -44,19 +36,51 @@ def write_error_file(path: str, *, summary: str, traceback_text: str, exit_code:
         json.dump(data, f)
 
 
-def read_error_file(path: Optional[str]) -> tuple[str, str]:
+def read_error_file(path: str | None) -> tuple[str, str]:
     """(summary, traceback) from a worker's error file, or empty strings when there is none."""
     if not path:
         return "", ""
     try:
         with open(path, encoding="utf-8") as f:
             message = json.load(f).get("message", "")
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return "", ""
     if isinstance(message, dict):
         extra = message.get("extraInfo") or {}
         return str(message.get("message", "")), str(extra.get("py_callstack", ""))
     return str(message), ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def summarize_exception(exc: BaseException) -> str:
+    """The line a user needs first: the exception, and the error that started it when it was re-raised.
+
+    A DataLoader worker's exception comes back as "Caught ValueError in DataLoader worker process 0." with
+    the original traceback inside its message; a chained exception (`raise X from e`) hides its cause
+    further down. Either way the original error's own line goes first.
+    """
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    message = str(exc)
+    if _ORIGINAL_TRACEBACK in message:
+        original = _last_line(message.split(_ORIGINAL_TRACEBACK, 1)[1])
+        where = message.split(_ORIGINAL_TRACEBACK, 1)[0].strip()
+        return f"{original}\n({type(exc).__name__}: {where})" if original else text
+    root, seen = exc, {id(exc)}
+    while True:
+        earlier = root.__cause__ if root.__cause__ is not None else (
+            None if root.__suppress_context__ else root.__context__)
+        if earlier is None or id(earlier) in seen:
+            break
+        root = earlier
+        seen.add(id(root))
+    if root is not exc:
+        original = "".join(traceback.format_exception_only(type(root), root)).strip()
+        return f"{_last_line(original)}\n(which led to {_last_line(text)})"
+    return text
 
 
 def tail(text: str, limit: int = TAIL_CHARS) -> str:
@@ -68,7 +92,7 @@ class FailureRecord:
     """The failure that ended a launch: which worker, its exit code, and what it said."""
 
     exit_code: int
-    rank: Optional[int] = None
+    rank: int | None = None
     summary: str = ""
     traceback: str = ""
     stderr_tail: str = ""
@@ -77,5 +101,5 @@ class FailureRecord:
         return json.dumps(asdict(self), indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> "FailureRecord":
+    def from_json(cls, text: str) -> FailureRecord:
         return cls(**json.loads(text))

@@ -25,7 +25,8 @@ def _non_negative_int(text: str) -> int:
 class WorkerOptions:
     # xla: prepare PyTorch/XLA before the script runs; torch: plain PyTorch, torch_xla is never imported.
     runtime: str = "xla"
-    # PJRT device; auto = CUDA when torch sees a GPU, else CPU.
+    # PJRT device; auto = not decided yet (opentc_launcher.decision decides: PJRT_DEVICE, else CUDA when a GPU
+    # is visible, else CPU). Launchers pass the decided device to their workers.
     xla_device: str = "auto"
     # What to do with several XLA:CPU workers, which cannot all-reduce across processes.
     cpu_multi_worker: str = "refuse"
@@ -46,7 +47,7 @@ class WorkerOptions:
         return argv
 
     @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> "WorkerOptions":
+    def from_namespace(cls, ns: argparse.Namespace) -> WorkerOptions:
         return cls(**{f.name: getattr(ns, f.name) for f in fields(cls)})
 
 

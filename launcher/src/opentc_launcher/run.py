@@ -1,12 +1,12 @@
 """`opentc-run`: torchrun for PyTorch/XLA.
 
-    opentc-run --nproc-per-node 8 train.py --epochs 3
+    opentc-run --standalone --nproc-per-node 8 train.py --epochs 3
     opentc-run --nnodes 2 --node-rank 0 --master-addr algo-1 --master-port 29500 --nproc-per-node 8 train.py
 
 It takes every torchrun option (and the PET_* / standard variables torchrun honours), runs each worker
-under `opentc_launcher.worker`, and, when a worker fails, exits with that worker's exit code (a death by
-signal N gives 128 + N) instead of torchrun's blanket 1. `--failure-report FILE` also writes the failure
-as JSON for a supervisor.
+under `opentc-worker`, and, when a worker fails, exits with that worker's exit code (a death by signal N
+gives 128 + N) instead of torchrun's blanket 1. `--failure-report FILE` also writes the failure as JSON for
+a supervisor.
 """
 
 from __future__ import annotations
@@ -16,18 +16,17 @@ import logging
 import os
 import sys
 import tempfile
-from dataclasses import replace
-from typing import NoReturn, Optional
+import uuid
+from typing import NoReturn
 
+from . import exit_codes
 from .commands import worker_command
-from .errors import FailureRecord, normalise_exit_code, read_error_file, tail
+from .decision import LaunchRefused, decide, unsynchronized_warning, visible_gpu_count
+from .errors import FailureRecord, read_error_file, tail
 from .options import WorkerOptions, add_worker_arguments
-from .runtime import LaunchRefused, check_cpu_multi_worker, resolve_xla_device
-from .worker import EXIT_LAUNCH_REFUSED, configure_logging
+from .worker import configure_logging
 
 log = logging.getLogger("opentc_launcher")
-
-EXIT_RENDEZVOUS_FAILED = 3
 
 
 # Standard variables (Kubernetes operators, batch schedulers, torchrun's own docs) used as defaults when
@@ -56,6 +55,15 @@ def build_parser(env=os.environ):
     return parser
 
 
+def apply_standalone(args) -> None:
+    """What torchrun's own run() does for --standalone (config_from_args does not): a local rendezvous on a
+    free port with a fresh id, so two single-host launches on one machine never meet or collide."""
+    if args.standalone:
+        args.rdzv_backend = "c10d"
+        args.rdzv_endpoint = "localhost:0"
+        args.rdzv_id = str(uuid.uuid4())
+
+
 def _stderr_tail(log_dir: str, local_rank: int, error_file: str) -> str:
     """The end of a failed worker's stderr, which torchrun's --tee kept under log_dir."""
     candidates = []
@@ -73,7 +81,7 @@ def _stderr_tail(log_dir: str, local_rank: int, error_file: str) -> str:
 def failure_from_child_failed(error, log_dir: str) -> FailureRecord:
     rank, failure = error.get_first_failure()
     summary, traceback_text = read_error_file(failure.error_file)
-    exit_code = normalise_exit_code(failure.exitcode)
+    exit_code = exit_codes.from_returncode(failure.exitcode)
     if not summary and failure.exitcode < 0:
         summary = f"worker killed by signal {failure.signal_name()}"
     return FailureRecord(
@@ -85,31 +93,49 @@ def failure_from_child_failed(error, log_dir: str) -> FailureRecord:
     )
 
 
-def write_report(path: str, record: FailureRecord) -> None:
+def write_failure_report(path: str, record: FailureRecord) -> None:
     if path:
         with open(path, "w", encoding="utf-8") as f:
             f.write(record.to_json())
 
 
-def main(argv: Optional[list[str]] = None) -> NoReturn:
+def _fail(args, exit_code: int, message: str) -> NoReturn:
+    log.error("%s", message)
+    write_failure_report(args.failure_report, FailureRecord(exit_code=exit_code, summary=message))
+    sys.exit(exit_code)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
     configure_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.no_python or args.run_path:
         parser.error("--no-python and --run-path are not supported: every worker runs the script "
                      "under the PyTorch/XLA bootstrap")
-    options = WorkerOptions.from_namespace(args)
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
-    from torch.distributed.run import config_from_args
+    from torch.distributed.run import config_from_args, determine_local_world_size, parse_min_max_nnodes
 
+    apply_standalone(args)
     script, script_args, as_module = args.training_script, list(args.training_script_args), args.module
-    if options.runtime == "xla":
-        # Decided once here, so a refused launch fails before any process starts, and every
-        # worker gets the same device.
-        options = replace(options, xla_device=resolve_xla_device(options.xla_device, os.environ))
+    # Keep each worker's stderr in a file as well as on the console: the tail of a failed worker's
+    # stderr goes into the failure report.
+    if args.tee == "0" and args.redirects == "0":
+        args.tee = "2"
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
+    args.log_dir = log_dir
+    world_size = parse_min_max_nnodes(args.nnodes)[1] * determine_local_world_size(args.nproc_per_node)
+    try:
+        # Decided once, before any process starts; every worker gets the decision as its options.
+        options = decide(WorkerOptions.from_namespace(args), world_size, os.environ, visible_gpu_count())
+    except LaunchRefused as e:
+        _fail(args, exit_codes.BAD_INPUT, str(e))
+    warning = unsynchronized_warning(options, world_size)
+    if warning:
+        log.warning("%s", warning)
+
     worker = worker_command()
     worker_args = options.to_argv() + (["--module"] if as_module else []) + [script] + script_args
     if len(worker) == 1:       # the installed console script
@@ -118,44 +144,25 @@ def main(argv: Optional[list[str]] = None) -> NoReturn:
     else:                      # python -m opentc_launcher.worker
         args.module = True
         args.training_script, args.training_script_args = worker[2], worker_args
-    # Keep each worker's stderr in a file as well as on the console: the tail of a failed worker's
-    # stderr goes into the failure report.
-    if args.tee == "0" and args.redirects == "0":
-        args.tee = "2"
-    log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
-    args.log_dir = log_dir
-
     config, cmd, cmd_args = config_from_args(args)
-    if options.runtime == "xla":
-        try:
-            warning = check_cpu_multi_worker(options.xla_device, config.max_nodes * config.nproc_per_node,
-                                             options.cpu_multi_worker)
-        except LaunchRefused as e:
-            log.error("%s", e)
-            write_report(args.failure_report, FailureRecord(exit_code=EXIT_LAUNCH_REFUSED, summary=str(e)))
-            sys.exit(EXIT_LAUNCH_REFUSED)
-        if warning:
-            log.warning("%s", warning)
 
     try:
         elastic_launch(config, cmd)(*cmd_args)
     except ChildFailedError as e:
         record = failure_from_child_failed(e, log_dir)
-        write_report(args.failure_report, record)
+        write_failure_report(args.failure_report, record)
         where = f"rank {record.rank}" if record.rank is not None else "a worker"
         log.error("%s failed with exit code %d: %s", where, record.exit_code, record.summary or "(no error record)")
         sys.exit(record.exit_code)
     except SignalException as e:  # this launcher was stopped; torch has already stopped the workers
         log.error("stopped by %s", e.sigval.name)
-        sys.exit(128 + int(e.sigval))
+        sys.exit(exit_codes.of_signal(e.sigval))
     except Exception as e:  # rendezvous and store errors: the peers never met
         endpoint = f"{args.master_addr}:{args.master_port}" if not args.rdzv_endpoint else args.rdzv_endpoint
-        message = (f"rendezvous with {endpoint} failed (node rank {args.node_rank} of {args.nnodes}): "
-                   f"{type(e).__name__}: {e}")
-        log.error("%s", message)
-        write_report(args.failure_report, FailureRecord(exit_code=EXIT_RENDEZVOUS_FAILED, summary=message))
-        sys.exit(EXIT_RENDEZVOUS_FAILED)
-    sys.exit(0)
+        _fail(args, exit_codes.PEERS_UNREACHABLE,
+              f"rendezvous with {endpoint} failed (node rank {args.node_rank} of {args.nnodes}): "
+              f"{type(e).__name__}: {e}")
+    sys.exit(exit_codes.OK)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import runpy
 import sys
 
 
-def has_main_guard(source: str) -> bool:
+def has_main_guard(source: bytes) -> bool:
     """Whether the module has a top-level `if __name__ == "__main__":` block."""
     try:
         tree = ast.parse(source)
@@ -36,7 +36,8 @@ def run_script(path: str, args: list[str], local_rank: int) -> None:
     # puts the script's folder there instead. Done only now, after every launcher import, so files in
     # the user's folder can never shadow the launcher's own modules.
     sys.path[0] = os.path.dirname(path)
-    with open(path, encoding="utf-8") as f:
+    # Bytes, as Python reads a script: a PEP 263 coding line (`# -*- coding: latin-1 -*-`) decides the encoding.
+    with open(path, "rb") as f:
         source = f.read()
     namespace = runpy.run_path(path, run_name="__main__")
     if not has_main_guard(source) and callable(namespace.get("_mp_fn")):

@@ -1,4 +1,4 @@
-"""The bootstrap every worker runs: `python -m opentc_launcher.worker [options] script.py [args...]`.
+"""The bootstrap every worker runs: `opentc-worker [options] script.py [args...]`.
 
 It prepares the runtime (PyTorch/XLA, or plain PyTorch with torch_xla untouched), runs the script as
 `__main__`, and turns however the script ended into an exit code and, on failure, an error record at
@@ -8,21 +8,25 @@ $TORCHELASTIC_ERROR_FILE (where torchrun and opentc-run look for it).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import signal
 import sys
 import traceback
-from typing import NoReturn, Optional
+from typing import NoReturn
 
-from .errors import write_error_file
+from . import exit_codes
+from .decision import LaunchRefused, decide, unsynchronized_warning, visible_gpu_count
+from .env_values import BadEnvironmentValue
+from .errors import record_error, summarize_exception
 from .options import WorkerOptions, add_worker_arguments
-from .runtime import LaunchRefused, WorkerIdentity
+from .runtime import WorkerIdentity
 from .script import run_module, run_script
 
 log = logging.getLogger("opentc_launcher")
 
-EXIT_LAUNCH_REFUSED = 2
+_PR_SET_PDEATHSIG = 1
 
 
 class Terminated(BaseException):
@@ -42,7 +46,7 @@ def _raise_terminated(signum, _frame):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m opentc_launcher.worker",
+        prog="opentc-worker",
         description="Run a training script in this process after preparing PyTorch/XLA.")
     add_worker_arguments(parser)
     parser.add_argument("--module", "-m", action="store_true", help="the script is a module name, as python -m")
@@ -60,20 +64,32 @@ def configure_logging() -> None:
         log.propagate = False
 
 
+def die_with_parent() -> None:
+    """SIGKILL this worker when the process that started it dies (`train` or opentc-run killed with SIGKILL,
+    say), so no worker is ever left running on its own. A normal stop still reaches it as SIGTERM first."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(exit_codes.of_signal(signal.SIGKILL))
+
+
 def exit_code_of(exc: BaseException) -> int:
     """The exit code Python itself would give for an exception that ended the script."""
     if isinstance(exc, SystemExit):
         code = exc.code
         if code is None:
-            return 0
+            return exit_codes.OK
         if isinstance(code, int):
             return code & 0xFF
-        return 1  # a message: Python prints it and exits 1
+        return exit_codes.FAILED  # a message: Python prints it and exits 1
     if isinstance(exc, Terminated):
-        return 128 + exc.signum
+        return exit_codes.of_signal(exc.signum)
     if isinstance(exc, KeyboardInterrupt):
-        return 128 + signal.SIGINT
-    return 1
+        return exit_codes.of_signal(signal.SIGINT)
+    return exit_codes.FAILED
 
 
 _LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -91,6 +107,14 @@ def _user_frames(tb):
     return first
 
 
+def format_failure(exc: BaseException) -> str:
+    """The traceback `python script.py` would print: the user's frames only. A SyntaxError in the script
+    has none (it was raised while compiling it): its file, line and caret are the whole story."""
+    if isinstance(exc, SyntaxError) and _user_frames(exc.__traceback__) is exc.__traceback__:
+        return "".join(traceback.format_exception_only(type(exc), exc))
+    return "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
+
+
 def record_failure(exc: BaseException, exit_code: int) -> None:
     """Print what Python would print, and write the error record for the launcher."""
     if isinstance(exc, SystemExit):
@@ -100,57 +124,59 @@ def record_failure(exc: BaseException, exit_code: int) -> None:
     elif isinstance(exc, Terminated):
         summary, tb = f"the script was {exc}", ""
     else:
-        tb = "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
+        tb = format_failure(exc)
         sys.stderr.write(tb)
-        summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if error_file:
-        write_error_file(error_file, summary=summary, traceback_text=tb, exit_code=exit_code)
+        summary = summarize_exception(exc)
+    record_error(summary, tb, exit_code)
 
 
 def refuse(message: str) -> NoReturn:
     log.error("%s", message)
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if error_file:
-        write_error_file(error_file, summary=message, traceback_text="", exit_code=EXIT_LAUNCH_REFUSED)
-    sys.exit(EXIT_LAUNCH_REFUSED)
+    record_error(message, "", exit_codes.BAD_INPUT)
+    sys.exit(exit_codes.BAD_INPUT)
 
 
-def main(argv: Optional[list[str]] = None) -> NoReturn:
+def main(argv: list[str] | None = None) -> NoReturn:
     configure_logging()
     args = build_parser().parse_args(argv)
+    die_with_parent()
     options = WorkerOptions.from_namespace(args)
     if not args.module and not os.path.isfile(args.script):
         refuse(f"training script not found: {args.script}")
+    session = None
     try:
         identity = WorkerIdentity.from_env(os.environ)
-        session = None
         if options.runtime == "xla":
+            if options.xla_device == "auto":  # started on its own: nothing decided for this worker yet
+                options = decide(options, identity.world_size, os.environ, visible_gpu_count())
+            warning = unsynchronized_warning(options, identity.world_size)
+            if warning:
+                log.warning("rank %d: %s", identity.rank, warning)
             from .xla_session import XlaSession
 
             session = XlaSession.start(options, identity, os.environ)
-    except LaunchRefused as e:
+    except (LaunchRefused, BadEnvironmentValue) as e:
         refuse(str(e))
     except Exception as e:  # torch_xla missing or broken, a runtime that does not start
         log.error("PyTorch/XLA could not be prepared, so the script did not start")
-        record_failure(e, 1)
-        sys.exit(1)
+        record_failure(e, exit_codes.FAILED)
+        sys.exit(exit_codes.FAILED)
 
     # Only if the user's environment did not already decide what SIGTERM does.
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _raise_terminated)
-    exit_code = 0
+    exit_code = exit_codes.OK
     try:
         if args.module:
             run_module(args.script, args.script_args)
         else:
             run_script(args.script, args.script_args, identity.local_rank)
-    except BaseException as exc:  # noqa: B902  (the script's end, whatever it was)
+    except BaseException as exc:  # noqa: BLE001  (the script's end, whatever it was)
         exit_code = exit_code_of(exc)
-        if exit_code != 0:
+        if exit_code != exit_codes.OK:
             record_failure(exc, exit_code)
     if session is not None:
-        exit_code = session.finish(exit_code) or exit_code
+        session.finish(exit_code)
     sys.exit(exit_code)
 
 

@@ -5,66 +5,65 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import MutableMapping, Optional
+from collections.abc import MutableMapping
 
+from . import exit_codes
 from .cache import open_cache
-from .diagnostics import SHAPES_FIX, CompileMonitor, CompileReport, CompileTimeline, build_report, write_report
-from .errors import write_error_file
+from .diagnostics import SHAPES_FIX, CompileMonitor, CompileTimeline, build_report, write_compile_report
+from .errors import record_error
 from .options import WorkerOptions
-from .runtime import (
-    WorkerIdentity,
-    check_cpu_multi_worker,
-    resolve_xla_device,
-    xla_runtime_env,
-)
+from .runtime import WorkerIdentity, xla_runtime_env
 
 log = logging.getLogger("opentc_launcher")
-
-EXIT_COMPILATION_LIMIT = 4
 
 
 class XlaSession:
     """The XLA runtime of one worker: configured, imported and (with several workers) grouped."""
 
-    def __init__(self, options: WorkerOptions, identity: WorkerIdentity, device: str):
+    def __init__(self, options: WorkerOptions, identity: WorkerIdentity):
         self.options = options
         self.identity = identity
-        self.device = device
         self.cache: dict = {"dir": "", "mode": "off"}
-        self.monitor: Optional[CompileMonitor] = None
+        self.monitor: CompileMonitor | None = None
+
+    @property
+    def device(self) -> str:
+        return self.options.xla_device
 
     @classmethod
     def start(cls, options: WorkerOptions, identity: WorkerIdentity,
-              environ: MutableMapping[str, str]) -> "XlaSession":
-        device = resolve_xla_device(options.xla_device, environ)
-        warning = check_cpu_multi_worker(device, identity.world_size, options.cpu_multi_worker)
-        if warning:
-            log.warning("rank %d: %s", identity.rank, warning)
+              environ: MutableMapping[str, str]) -> XlaSession:
+        """Apply the launch's decision (options.xla_device) to this process and import torch_xla."""
+        if options.xla_device == "CUDA":
+            # Before torch-xla touches the plugin: a mismatch stops here, naming both versions.
+            from .xla_cuda import check_cuda_plugin
+
+            check_cuda_plugin()
         # The worker's own process: torch_xla reads these at import, below.
-        environ.update(xla_runtime_env(device, identity, environ))
-        session = cls(options, identity, device)
+        environ.update(xla_runtime_env(options, identity, environ))
+        session = cls(options, identity)
         import torch_xla  # noqa: F401  (after the environment is final)
 
         if options.compile_cache_dir:  # before any computation
-            session.cache = open_cache(options.compile_cache_dir, device, identity)
-        if identity.world_size > 1 and device != "CPU":
+            session.cache = open_cache(options.compile_cache_dir, options.xla_device, identity)
+        if identity.world_size > 1 and options.xla_device != "CPU":
             init_xla_process_group()
         if options.compile_report_dir or options.max_compilations:
             session.monitor = CompileMonitor(identity.rank, options.warmup_steps, options.max_compilations,
                                              on_limit=session._compilation_limit_reached)
             session.monitor.start()
-        log.info("rank %d/%d: PyTorch/XLA ready on PJRT_DEVICE=%s", identity.rank, identity.world_size, device)
+        log.info("rank %d/%d: PyTorch/XLA ready on PJRT_DEVICE=%s", identity.rank, identity.world_size,
+                 options.xla_device)
         return session
 
-    def _report(self, exit_code: int, timeline: CompileTimeline) -> CompileReport:
+    def _report(self, exit_code: int, timeline: CompileTimeline) -> None:
         report = build_report(self.identity.rank, self.identity.world_size, self.device, exit_code,
                               timeline, self.cache)
-        path = write_report(report, self.options.compile_report_dir)
+        path = write_compile_report(report, self.options.compile_report_dir)
         for line in report.summary_lines():
             (log.warning if report.findings else log.info)("%s", line)
         if path:
             log.info("rank %d: compile report written to %s", self.identity.rank, path)
-        return report
 
     def _compilation_limit_reached(self, compiles: int) -> None:
         """From the monitor thread: stop this worker now, with a report and a clear reason."""
@@ -73,16 +72,15 @@ class XlaSession:
                    f"sagemaker_training_compiler_max_compilations, or --max-compilations). Shapes are "
                    f"probably changing between steps; to fix: {SHAPES_FIX}.")
         log.error("rank %d: %s", self.identity.rank, message)
-        self._report(EXIT_COMPILATION_LIMIT, self.monitor.timeline)
-        error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-        if error_file:
-            write_error_file(error_file, summary=message, traceback_text="", exit_code=EXIT_COMPILATION_LIMIT)
+        assert self.monitor is not None
+        self._report(exit_codes.COMPILATION_LIMIT, self.monitor.timeline)
+        record_error(message, "", exit_codes.COMPILATION_LIMIT)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(EXIT_COMPILATION_LIMIT)   # the main thread may be inside a compilation: do not wait for it
+        os._exit(exit_codes.COMPILATION_LIMIT)   # the main thread may be inside a compilation: do not wait
 
-    def finish(self, exit_code: int) -> Optional[int]:
-        """Called after the script, however it ended; may turn success into failure (returns a new exit code)."""
+    def finish(self, exit_code: int) -> None:
+        """After the script, however it ended: the compile report, and debug mode's last metrics."""
         if self.monitor is not None:
             timeline = self.monitor.stop()
             if self.options.compile_report_dir:
@@ -93,7 +91,6 @@ class XlaSession:
             import torch_xla.debug.metrics_saver as metrics_saver
 
             metrics_saver.save_metrics()
-        return None
 
 
 def init_xla_process_group() -> None:
@@ -118,4 +115,3 @@ def init_xla_process_group() -> None:
         return original(backend, *args, **kwargs)
 
     dist.init_process_group = init_process_group
-

@@ -1,9 +1,10 @@
 """opentc_toolkit: the SageMaker side of the open Training Compiler container.
 
 Data flow, one module each:
-  job files -> job.TrainingJob (frozen) -> compiler.CompilerSettings -> compiler.compiler_environment
-  -> plan.LaunchPlan (argv + environment) -> supervisor.Supervisor -> outcome (exit code, failure file)
-`entry.main` is what SAGEMAKER_TRAINING_MODULE names.
+  job files -> job.read_job -> job.TrainingJob (frozen) -> compiler.CompilerSettings
+  -> plan.build_plan -> plan.LaunchPlan (argv + environment, the launch decided) -> supervisor.Supervisor
+  -> outcome.judge -> outcome.Outcome -> outcome.report (output/success or output/failure, exit code)
+`entry.main` is the image's `train` (and `opentc-train`); entry.run_job reads as that pipeline.
 """
 
 __version__ = "0.1.0"

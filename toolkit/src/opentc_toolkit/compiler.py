@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES
 
@@ -46,7 +47,7 @@ def _choice(params: Mapping[str, Any], key: str, choices: tuple[str, ...], defau
                          + ", ".join(f'"{c}"' for c in choices) + ".")
 
 
-def _count(params: Mapping[str, Any], key: str, default: int) -> int:
+def _whole_number(params: Mapping[str, Any], key: str, default: int) -> int:
     value = params.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
         raise JobConfigError(f"hyperparameter {key} has the value {value!r}, which is not accepted: "
@@ -58,7 +59,8 @@ def _folder(params: Mapping[str, Any], key: str) -> str:
     value = params.get(key, "")
     if not isinstance(value, str) or (value and not os.path.isabs(value)):
         raise JobConfigError(f"hyperparameter {key} has the value {value!r}, which is not accepted: "
-                             f"use an absolute folder path inside the container, e.g. \"/opt/ml/checkpoints/xla-cache\".")
+                             f"use an absolute folder path inside the container, "
+                             f"e.g. \"/opt/ml/checkpoints/xla-cache\".")
     return value
 
 
@@ -73,7 +75,7 @@ class CompilerSettings:
     max_compilations: int = 0    # 0: no limit
 
     @classmethod
-    def from_hyperparameters(cls, params: Mapping[str, Any]) -> "CompilerSettings":
+    def from_hyperparameters(cls, params: Mapping[str, Any]) -> CompilerSettings:
         unknown = sorted(k for k in params if k.startswith(COMPILER_PREFIX) and k not in COMPILER_KEYS)
         if unknown:
             raise JobConfigError(f"unknown hyperparameter {unknown[0]}: the Training Compiler accepts "
@@ -85,7 +87,7 @@ class CompilerSettings:
             cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, "refuse"),
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),
-            max_compilations=_count(params, MAX_COMPILATIONS, 0),
+            max_compilations=_whole_number(params, MAX_COMPILATIONS, 0),
         )
 
 
@@ -95,9 +97,6 @@ class EnvironmentChanges:
 
     applied: Mapping[str, str]
     kept: Mapping[str, str]          # name -> the value the user set (which stays)
-
-    def over(self, base: Mapping[str, str]) -> dict[str, str]:
-        return {**base, **self.applied}
 
 
 def debug_environment(folder: str) -> dict[str, str]:
@@ -116,10 +115,13 @@ def debug_environment(folder: str) -> dict[str, str]:
 
 def compiler_environment(settings: CompilerSettings, *, gpu_count: int, compiler_output: str,
                          base_env: Mapping[str, str]) -> EnvironmentChanges:
-    """The variables the workers need; a variable the user already set is kept, never overridden."""
+    """The variables the workers need; a variable the user already set is kept, never overridden.
+
+    The PJRT device is not one of them: the launch plan decides it (opentc_launcher.decision).
+    """
     wanted: dict[str, str]
     if settings.enabled:
-        wanted = {"PJRT_DEVICE": "CUDA" if gpu_count > 0 else "CPU", "USE_TORCH_XLA": "1"}
+        wanted = {"USE_TORCH_XLA": "1"}
         if gpu_count > 0:
             wanted["GPU_NUM_DEVICES"] = str(gpu_count)
         if settings.debug:

@@ -1,29 +1,32 @@
-"""The toolkit's entry: SAGEMAKER_TRAINING_MODULE=opentc_toolkit.entry:main.
+"""`train` in the image, `opentc-train [JOB_DIR]` anywhere: one training job, from its files to its verdict.
 
-sagemaker-training's `train` command calls `main()`. On success it returns and `train` writes
-output/success and logs `Reporting training SUCCESS`; on failure it writes output/failure itself and
-raises TrainingFailed, whose errno becomes `train`'s exit code.
+    job files -> read_job -> TrainingJob -> CompilerSettings -> build_plan -> LaunchPlan
+              -> Supervisor.run -> judge -> Outcome -> report (output/success or output/failure, exit code)
+
+This entry reads the job itself, so a missing or malformed job file is a clear failure and never an exit 0.
+sagemaker-training's `train` with SAGEMAKER_TRAINING_MODULE=opentc_toolkit.entry:main also lands here, once
+sagemaker-training has read the job; the process then ends with the job's own exit code (os._exit), so the
+trainer's `finally`, which exits 0 whenever its own bookkeeping fails, cannot replace it.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import logging
 import os
+import sys
 import tempfile
-from typing import Mapping
+import traceback
+from collections.abc import Mapping
+from typing import NoReturn
 
-from .compiler import CompilerSettings, compiler_environment
-from .errors import JobConfigError, TrainingFailed
-from .job import TrainingJob, read_job
-from .outcome import (
-    Outcome,
-    clear_stale_outcome,
-    compose,
-    failure_from_result,
-    launcher_record,
-    single_worker_record,
-    write_failure,
-)
+from opentc_launcher import exit_codes
+
+from .compiler import DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
+from .errors import JobConfigError, JobStopped
+from .job import JobPaths, TrainingJob, read_job
+from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stopped
 from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, build_plan
 from .source import entry_point_path, fetch_code, install_requirements
@@ -31,87 +34,118 @@ from .supervisor import Supervisor
 
 log = logging.getLogger("opentc_toolkit")
 
+DEFAULT_BASE_DIR = "/opt/ml"
 
-def announce(settings: CompilerSettings, job: TrainingJob, env: Mapping[str, str]) -> None:
+
+def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, base_env: Mapping[str, str]) -> None:
     if settings.enabled:
         log.info("Found configuration for Training Compiler")
         log.info("Configuring SM Training Compiler...")
-        log.info("PyTorch/XLA on PJRT_DEVICE=%s (%d GPU(s) on this host)", env.get("PJRT_DEVICE"), job.num_gpus)
+        log.info("PyTorch/XLA on PJRT_DEVICE=%s (%d GPU(s) on this host)", plan.options.xla_device, job.num_gpus)
         if settings.debug:
             log.info("Training Compiler set to debug mode. This may impact performance. "
                      "Debug artifacts will be saved in %s", job.paths.compiler_output)
+        if "PJRT_DEVICE" in base_env:
+            log.info("Found pre-existing configuration PJRT_DEVICE=%s: keeping it", base_env["PJRT_DEVICE"])
     else:
         log.info("Training Compiler is off (%s): plain PyTorch, USE_TORCH_XLA=%s",
-                 "sagemaker_training_compiler_enabled=false" if "sagemaker_training_compiler_enabled"
-                 in job.framework_params else "sagemaker_training_compiler_enabled not set",
-                 env.get("USE_TORCH_XLA"))
+                 f"{ENABLED}=false" if ENABLED in job.framework_params else f"{ENABLED} not set",
+                 plan.command.env.get("USE_TORCH_XLA"))
         if settings.debug:
-            log.warning("sagemaker_training_compiler_debug_mode is ignored: the compiler is off")
+            log.warning("%s is ignored: the compiler is off", DEBUG)
+    for name, value in plan.kept_variables.items():
+        log.info("Found pre-existing configuration %s=%s: keeping it", name, value)
     if job.is_multi_host and not settings.multi_worker:
-        log.warning("%d hosts but sagemaker_pytorch_xla_multi_worker_enabled is off: every host trains on "
-                    "its own, without synchronising with the others", len(job.hosts))
-
-
-def describe(plan: LaunchPlan) -> None:
-    if plan.uses_launcher:
+        log.warning("%d hosts but %s is off: every host trains on its own, without synchronising with the "
+                    "others", len(job.hosts), MULTI_WORKER)
+    world = plan.world
+    if settings.multi_worker:
         log.info("launching %d worker(s) on this host (node %d of %d, rendezvous on %s): %s",
-                 plan.workers_per_host, plan.node_rank, plan.nodes, plan.master_addr, list(plan.argv))
+                 world.workers_per_host, world.node_rank, world.nodes, world.master_addr, list(plan.command.argv))
     else:
-        log.info("launching one worker: %s", list(plan.argv))
+        log.info("launching one worker: %s", list(plan.command.argv))
 
 
-def run_job(base_env: Mapping[str, str], supervisor: Supervisor) -> tuple[Outcome, str]:
-    """Run the job; returns how it ended and the output folder the verdict belongs in."""
-    from sagemaker_training import environment
-
-    output_dir = environment.output_dir
+def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str], supervisor: Supervisor) -> Outcome:
+    """Read the job, prepare its code, plan the launch, run it, and judge how it ended."""
     try:
-        job = read_job()
-        output_dir = job.paths.output
-        # SageMaker creates these; a local job folder may lack them, and the trainer's success file
-        # and the script's SM_MODEL_DIR / SM_OUTPUT_DATA_DIR need them.
-        for folder in (job.paths.output_data, job.paths.model):
-            os.makedirs(folder, exist_ok=True)
-        clear_stale_outcome(output_dir)
+        job = read_job(paths)
         settings = CompilerSettings.from_hyperparameters(job.framework_params)
-        launch = LaunchSettings.from_env(base_env)
-        supervisor.grace = launch.grace
-        changes = compiler_environment(settings, gpu_count=job.num_gpus,
-                                       compiler_output=job.paths.compiler_output, base_env=base_env)
-        env = {**base_env, **job.script_env, **changes.applied}
-        announce(settings, job, env)
-        for name, value in changes.kept.items():
-            log.info("Found pre-existing configuration %s=%s: keeping it", name, value)
-
-        code = fetch_code(job)
-        install_requirements(code)
-        script = entry_point_path(job, code)
-        if settings.enabled:
-            os.makedirs(job.paths.compiler_output, exist_ok=True)
-
+        # SageMaker creates these; a job folder run by hand may lack them, and SM_MODEL_DIR and
+        # SM_OUTPUT_DATA_DIR point the script at them.
+        for folder in (paths.output_data, paths.model):
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as e:
+                raise JobConfigError(f"the job folder cannot hold its output: {folder} cannot be created "
+                                     f"({e}); model/ and output/ must be writable folders.") from None
         with tempfile.TemporaryDirectory(prefix="opentc-") as scratch:
-            plan = build_plan(job, settings, launch, env, script, scratch)
-            if plan.peers:
-                wait_for_hosts(plan.peers, launch.peer_timeout,
-                               stopped=lambda: supervisor.stop_requested is not None)
-            describe(plan)
-            result = supervisor.run(plan.argv, plan.env, plan.cwd, workers_are_children=plan.uses_launcher)
-            if result.exit_code == 0 and result.stopped_by is None:
-                return Outcome(0), output_dir
-            record = (launcher_record(plan.failure_report) if plan.uses_launcher
-                      else single_worker_record(result, plan.error_file))
-            return failure_from_result(result, record, job.current_host, plan.world_size), output_dir
+            code = fetch_code(job)
+            install_requirements(code, supervisor, base_env, scratch)
+            plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), scratch)
+            if settings.enabled:
+                os.makedirs(job.paths.compiler_output, exist_ok=True)
+            announce(job, settings, plan, base_env)
+            wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
+            result = supervisor.run(plan.command)
+            return judge(result, plan.failure_source, job.current_host, plan.world.size)
     except JobConfigError as e:
-        return Outcome(e.exit_code, compose(f"Training not started: {e}")), output_dir
+        return not_started(str(e), e.exit_code)
+    except JobStopped as e:
+        return stopped(e.result, e.processes, e.during)
+    except Exception as e:  # the toolkit's own fault: say so, with its traceback after the reason
+        return Outcome(exit_codes.FAILED, failure_message(
+            f"Training failed: the toolkit failed before the training script ended: {type(e).__name__}: {e}",
+            details=traceback.format_exc()))
 
 
-def main() -> None:
-    supervisor = Supervisor(grace=LaunchSettings().grace)
-    supervisor.install_signal_handlers()
-    # A snapshot: the workers' environment is built from it; os.environ is never changed for them.
-    base_env = dict(os.environ)
-    outcome, output_dir = run_job(base_env, supervisor)
-    if outcome.succeeded:
-        return
-    failure_file = write_failure(output_dir, outcome)
-    raise TrainingFailed(outcome.exit_code, failure_file)
+def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
+    """The whole job; returns its exit code. `base_env` is the container's environment, which the workers'
+    environment is built from (os.environ is never changed for them)."""
+    clear_verdict(paths)
+    try:
+        launch = LaunchSettings.from_env(base_env)
+    except JobConfigError as e:
+        outcome = not_started(str(e), e.exit_code)
+    else:
+        supervisor = Supervisor(grace=launch.grace)
+        supervisor.install_signal_handlers()
+        outcome = run_job(paths, launch, base_env, supervisor)
+    report(paths, outcome)
+    return outcome.exit_code
+
+
+def configure_logging() -> None:
+    from sagemaker_training import logging_config
+
+    logging_config.configure_logger(logging.INFO)
+
+
+def _exit(code: int) -> NoReturn:
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):
+            stream.flush()
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    parser = argparse.ArgumentParser(
+        prog="opentc-train", description="Run a SageMaker training job folder as the image's `train` does.")
+    parser.add_argument("job_dir", nargs="?", help="a folder laid out like /opt/ml (input/config/*.json, "
+                                                   "code/, ...); default: $SAGEMAKER_BASE_DIR, else /opt/ml")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.job_dir:
+        base = os.path.abspath(args.job_dir)
+        if not os.path.isdir(base):
+            parser.error(f"{args.job_dir} is not a folder")
+        # sagemaker-training reads its paths from this variable when it is imported, later in this process.
+        os.environ["SAGEMAKER_BASE_DIR"] = base
+    else:
+        base = os.environ.get("SAGEMAKER_BASE_DIR") or DEFAULT_BASE_DIR
+    configure_logging()
+    _exit(train(JobPaths(base), dict(os.environ)))
+
+
+if __name__ == "__main__":
+    main()

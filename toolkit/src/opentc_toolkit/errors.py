@@ -1,20 +1,26 @@
-"""Errors the toolkit reports to the user; each message says what was wrong and what is accepted."""
+"""Why a job did not run to its end; each message says what was wrong and what is accepted."""
 
-EXIT_CONFIG_ERROR = 2
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from opentc_launcher import exit_codes
+
+if TYPE_CHECKING:
+    from .supervisor import ProcessResult
 
 
 class JobConfigError(Exception):
     """The job as configured cannot run; nothing was started."""
 
-    exit_code = EXIT_CONFIG_ERROR
+    exit_code = exit_codes.BAD_INPUT
 
 
-class TrainingFailed(Exception):
-    """Raised to sagemaker-training's trainer, which exits with `errno`.
+class JobStopped(Exception):
+    """A stop (SIGTERM) arrived while something other than the workers ran, such as pip."""
 
-    The failure file is already written by then; the trainer keeps it (the first writer wins).
-    """
-
-    def __init__(self, exit_code: int, failure_file: str):
-        super().__init__(f"training failed with exit code {exit_code}; the reason is in {failure_file}")
-        self.errno = exit_code
+    def __init__(self, result: ProcessResult, processes: str, during: str):
+        super().__init__(f"{processes} stopped {during}")
+        self.result = result
+        self.processes = processes
+        self.during = during

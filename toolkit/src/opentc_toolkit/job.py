@@ -1,42 +1,54 @@
 """The job SageMaker wrote under /opt/ml (or $SAGEMAKER_BASE_DIR), read once into a frozen description.
 
-Reading is sagemaker-training's: it decodes hyperparameters.json (every value JSON-encoded, a value that
-does not decode kept as the raw string), splits the `sagemaker_*` keys from the script's, and builds the
-SM_* variables and the script's argv. This module only freezes what it found.
+The three job files are read and checked here first, so that a missing or malformed one is a clear
+"Training not started" naming the file. Only then does sagemaker-training's `Environment` build, from what
+was read, what it is the reference for: the decoded hyperparameters, the `sagemaker_*` split, the SM_*
+variables and the script's argv.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from .errors import JobConfigError
+
+HYPERPARAMETERS = "hyperparameters.json"
+RESOURCE_CONFIG = "resourceconfig.json"
+INPUT_DATA_CONFIG = "inputdataconfig.json"
 
 
 @dataclass(frozen=True)
 class JobPaths:
     base: str
-    code: str
-    model: str
-    output: str
-    output_data: str
-    checkpoints: str
-    input_config: str
 
-    @classmethod
-    def under(cls, base: str) -> "JobPaths":
-        return cls(
-            base=base,
-            code=os.path.join(base, "code"),
-            model=os.path.join(base, "model"),
-            output=os.path.join(base, "output"),
-            output_data=os.path.join(base, "output", "data"),
-            checkpoints=os.path.join(base, "checkpoints"),
-            input_config=os.path.join(base, "input", "config"),
-        )
+    @property
+    def code(self) -> str:
+        return os.path.join(self.base, "code")
+
+    @property
+    def model(self) -> str:
+        return os.path.join(self.base, "model")
+
+    @property
+    def output(self) -> str:
+        return os.path.join(self.base, "output")
+
+    @property
+    def output_data(self) -> str:
+        return os.path.join(self.output, "data")
+
+    @property
+    def checkpoints(self) -> str:
+        return os.path.join(self.base, "checkpoints")
+
+    @property
+    def input_config(self) -> str:
+        return os.path.join(self.base, "input", "config")
 
     @property
     def failure_file(self) -> str:
@@ -55,7 +67,7 @@ class JobPaths:
 @dataclass(frozen=True)
 class TrainingJob:
     paths: JobPaths
-    entry_point: Optional[str]              # sagemaker_program
+    entry_point: str | None              # sagemaker_program (or SAGEMAKER_PROGRAM)
     submit_directory: str                   # sagemaker_submit_directory, or the code folder
     hyperparameters: Mapping[str, Any]      # the script's own (no sagemaker_ keys)
     framework_params: Mapping[str, Any]     # sagemaker_* keys that are not sagemaker-training's own
@@ -63,10 +75,7 @@ class TrainingJob:
     hosts: tuple[str, ...]
     current_host: str
     num_gpus: int
-    num_cpus: int
-    channels: Mapping[str, str]             # channel name -> folder
     script_env: Mapping[str, str]           # SM_* variables for the script
-    log_level: int = 20
 
     @property
     def host_index(self) -> int:
@@ -81,36 +90,95 @@ def _frozen(mapping: Mapping) -> Mapping:
     return MappingProxyType(dict(mapping))
 
 
-def read_job() -> TrainingJob:
-    """Read the job folder that sagemaker-training points at ($SAGEMAKER_BASE_DIR, else /opt/ml)."""
+def _read_object(paths: JobPaths, name: str, expected: str) -> dict:
+    """A job file that must hold a JSON object; JobConfigError naming the file and what it must hold."""
+    path = os.path.join(paths.input_config, name)
+    where = f"input/config/{name}"
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise JobConfigError(
+            f"job file missing: {where} (looked for {path}); it must hold {expected}. SageMaker writes it; a "
+            f"job folder run by hand needs input/config/{HYPERPARAMETERS}, {RESOURCE_CONFIG} and "
+            f"{INPUT_DATA_CONFIG} (copy them from /opt/opentc/sample-job, or sample/job in the repository).") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise JobConfigError(f"job file {where} cannot be read as JSON ({type(e).__name__}: {e}); it must "
+                             f"hold {expected}.") from None
+    if not isinstance(data, dict):
+        raise JobConfigError(f"job file {where} holds a JSON {type(data).__name__}, not an object; it must "
+                             f"hold {expected}.")
+    return data
+
+
+def _check_hyperparameter_names(raw: Mapping[str, Any]) -> None:
+    """Keys become environment variable names (SM_HP_<KEY>) and command-line options; values travel on
+    the command line and in SM_HPS. The operating system refuses '=' in a name and NUL anywhere."""
+    for key, value in raw.items():
+        if not key or "=" in key or "\0" in key:
+            raise JobConfigError(
+                f"hyperparameter name {key!r} is not accepted: a name becomes an environment variable "
+                f"(SM_HP_<NAME>) and an option (--<name>), so it must be non-empty and hold neither '=' nor a "
+                f"NUL character.")
+        text = value if isinstance(value, str) else json.dumps(value)
+        if "\0" in text or "\\u0000" in text:
+            raise JobConfigError(f"hyperparameter {key} holds a NUL character, which no command line or "
+                                 f"environment variable can carry: remove it.")
+
+
+def decode_hyperparameters(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """As sagemaker-training decodes them: every value JSON-decoded, else kept as it is."""
+    decoded = {}
+    for key, value in raw.items():
+        try:
+            decoded[key] = json.loads(value)
+        except (TypeError, ValueError):
+            decoded[key] = value
+    return decoded
+
+
+def _hosts(resource: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
+    hosts, current = resource.get("hosts"), resource.get("current_host")
+    where = f"input/config/{RESOURCE_CONFIG}"
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+        raise JobConfigError(f"{where}: \"hosts\" is {hosts!r}; it must be a non-empty list of host names, "
+                             f"e.g. [\"algo-1\"] (SageMaker lists every host of the job, in the same order "
+                             f"on each).")
+    if not isinstance(current, str) or current not in hosts:
+        raise JobConfigError(f"{where}: \"current_host\" is {current!r}; it must be one of hosts {hosts}.")
+    return tuple(hosts), current
+
+
+def read_job(paths: JobPaths) -> TrainingJob:
+    """Read and check the job files, then let sagemaker-training describe the job from them."""
+    raw = _read_object(paths, HYPERPARAMETERS, "an object of hyperparameters whose values are JSON-encoded "
+                                               "strings, as SageMaker writes them: {\"epochs\": \"3\"}")
+    _check_hyperparameter_names(raw)
+    resource = _read_object(paths, RESOURCE_CONFIG, "an object with \"current_host\" and \"hosts\", "
+                                                   "e.g. {\"current_host\": \"algo-1\", \"hosts\": [\"algo-1\"]}")
+    hosts, current_host = _hosts(resource)
+    channels = _read_object(paths, INPUT_DATA_CONFIG, "an object with one entry per input channel, "
+                                                      "e.g. {\"train\": {\"TrainingInputMode\": \"File\"}}, "
+                                                      "or {} for a job without channels")
     from sagemaker_training import environment
 
     try:
-        env = environment.Environment()
-    except FileNotFoundError as e:
-        raise JobConfigError(
-            f"job file missing: {e.filename}. A job folder needs input/config/hyperparameters.json, "
-            f"input/config/resourceconfig.json and input/config/inputdataconfig.json.") from None
-    except (json.JSONDecodeError, KeyError) as e:
-        raise JobConfigError(f"job files under {environment.input_config_dir} cannot be read: "
+        # An empty mapping makes Environment read the file itself, which holds the same empty object.
+        env = environment.Environment(resource_config=resource, input_data_config=channels,
+                                      hyperparameters=decode_hyperparameters(raw))
+        description = TrainingJob(
+            paths=paths,
+            entry_point=env.user_entry_point or None,
+            submit_directory=env.module_dir,
+            hyperparameters=_frozen(env.hyperparameters),
+            framework_params=_frozen(env.additional_framework_parameters),
+            user_args=tuple(str(a) for a in env.to_cmd_args()),
+            hosts=hosts,
+            current_host=current_host,
+            num_gpus=env.num_gpus,
+            script_env=_frozen(env.to_env_vars()),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise JobConfigError(f"the job files under {paths.input_config} could not be turned into a job: "
                              f"{type(e).__name__}: {e}") from None
-
-    hosts = tuple(env.hosts)
-    if env.current_host not in hosts:
-        raise JobConfigError(f"resourceconfig.json: current_host {env.current_host!r} is not one of "
-                             f"hosts {list(hosts)}")
-    return TrainingJob(
-        paths=JobPaths.under(environment.base_dir),
-        entry_point=env.user_entry_point or None,
-        submit_directory=env.module_dir,
-        hyperparameters=_frozen(env.hyperparameters),
-        framework_params=_frozen(env.additional_framework_parameters),
-        user_args=tuple(str(a) for a in env.to_cmd_args()),
-        hosts=hosts,
-        current_host=env.current_host,
-        num_gpus=env.num_gpus,
-        num_cpus=env.num_cpus,
-        channels=_frozen(env.channel_input_dirs),
-        script_env=_frozen(env.to_env_vars()),
-        log_level=int(env.log_level),
-    )
+    return description

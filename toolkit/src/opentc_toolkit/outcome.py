@@ -1,16 +1,19 @@
-"""How a job ended, told the way SageMaker reads it: output/failure (its first 1024 characters become
-the job's FailureReason) or output/success, a log line, and an exit code."""
+"""How a job ended, told the way SageMaker reads it: output/failure (its first 1024 characters become the
+job's FailureReason) or output/success, a log line, and an exit code."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import sys
 from dataclasses import dataclass
-from typing import Optional
 
-from opentc_launcher.errors import FailureRecord, read_error_file, signal_name, tail
+from opentc_launcher import exit_codes
+from opentc_launcher.errors import FailureRecord, read_error_file, tail
 
+from .job import JobPaths
 from .supervisor import ProcessResult
 
 log = logging.getLogger(__name__)
@@ -26,18 +29,30 @@ class Outcome:
 
     @property
     def succeeded(self) -> bool:
-        return self.exit_code == 0
+        return self.exit_code == exit_codes.OK
 
 
-def _describe_exit(code: int) -> str:
-    name = signal_name(code)
+def describe_exit(code: int) -> str:
+    name = exit_codes.signal_name(code)
     if name is None:
         return f"exit code {code}"
     hint = "; on SageMaker this usually means the instance ran out of memory" if name == "SIGKILL" else ""
     return f"exit code {code}, i.e. killed by {name}{hint}"
 
 
-def compose(headline: str, summary: str = "", details: str = "") -> str:
+def last_lines(text: str, limit: int = SUMMARY_CHARS) -> str:
+    """The end of some output, whole lines only, at most `limit` characters: where an error says what it is."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed([line.rstrip() for line in text.strip().splitlines() if line.strip()]):
+        if kept and size + len(line) + 1 > limit:
+            break
+        kept.append(line[-limit:])
+        size += len(line) + 1
+    return "\n".join(reversed(kept))
+
+
+def failure_message(headline: str, summary: str = "", details: str = "") -> str:
     """Headline and the error's own words first (they are what FailureReason shows), details after."""
     text = headline.strip()
     if summary.strip():
@@ -50,57 +65,118 @@ def compose(headline: str, summary: str = "", details: str = "") -> str:
     return text
 
 
-def failure_from_result(result: ProcessResult, record: Optional[FailureRecord], host: str,
-                        world_size: int) -> Outcome:
-    code = result.exit_code
+def not_started(reason: str, exit_code: int = exit_codes.BAD_INPUT) -> Outcome:
+    return Outcome(exit_code, failure_message(f"Training not started: {reason}"))
+
+
+def stopped(result: ProcessResult, processes: str = "the workers", during: str = "", summary: str = "") -> Outcome:
+    """A stop (StopTrainingJob, a spot interruption, MaxRuntime, docker stop) and how the processes took it."""
+    assert result.stopped_by is not None
+    name = signal.Signals(result.stopped_by).name
+    were = "were" if processes.endswith("s") else "was"
+    how = (f"{processes} ended within the grace period" if result.exit_code != exit_codes.of_signal(signal.SIGKILL)
+           else f"{processes} {were} killed with SIGKILL")
+    return Outcome(exit_codes.of_signal(result.stopped_by), failure_message(
+        f"Training stopped: {name} received{' ' + during if during else ''} (StopTrainingJob, a spot "
+        f"interruption, MaxRuntime or docker stop); {processes} {were} given {result.grace:g} s to finish and "
+        f"{how} ({describe_exit(result.exit_code)}).", summary))
+
+
+# -- where the failed worker's own account is -------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerErrorFile:
+    """One worker, run directly: it writes its error record here (torch.distributed.elastic's format)."""
+
+    path: str
+
+    def read(self, result: ProcessResult) -> FailureRecord:
+        summary, traceback_text = read_error_file(self.path)
+        return FailureRecord(exit_code=result.exit_code, rank=0, summary=summary,
+                             traceback=tail(traceback_text), stderr_tail=tail(result.stderr_tail))
+
+
+@dataclass(frozen=True)
+class LauncherFailureReport:
+    """Workers run by opentc-run: it reports the one that failed here (--failure-report)."""
+
+    path: str
+
+    def read(self, result: ProcessResult) -> FailureRecord | None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return FailureRecord.from_json(f.read())
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+FailureSource = WorkerErrorFile | LauncherFailureReport
+
+
+def judge(result: ProcessResult, source: FailureSource, host: str, world_size: int) -> Outcome:
+    """The outcome of the workers' run: success, a stop, or the failure in the failed worker's words."""
+    record = None if result.exit_code == exit_codes.OK and result.stopped_by is None else source.read(result)
     if result.stopped_by is not None:
-        name = signal.Signals(result.stopped_by).name
-        how = ("the workers ended within the grace period" if code != 128 + signal.SIGKILL
-               else "the workers were killed with SIGKILL")
-        return Outcome(128 + result.stopped_by, compose(
-            f"Training stopped: {name} received (StopTrainingJob, a spot interruption, MaxRuntime or "
-            f"docker stop); the workers were given {result.grace:g} s to finish and {how} ({_describe_exit(code)}).",
-            record.summary if record else ""))
+        return stopped(result, summary=record.summary if record else "")
+    if result.exit_code == exit_codes.OK:
+        return Outcome(exit_codes.OK)
+    code = result.exit_code
     where = f"on host {host}"
     if record is not None and record.rank is not None and world_size > 1:
         where = f"on rank {record.rank} of {world_size}, host {host}"
-    summary = record.summary if record else ""
-    details = (record.traceback or record.stderr_tail) if record else ""
-    details = details or tail(result.stderr_tail)
-    return Outcome(code, compose(f"Training failed: the training script ended with {_describe_exit(code)} {where}.",
-                                 summary, details))
+    stderr = (record.stderr_tail if record else "") or tail(result.stderr_tail)
+    # No error record (a crash in native code, a kill, a script that printed and exited): the end of its
+    # stderr says what happened, so that goes first.
+    summary = (record.summary if record else "") or last_lines(stderr)
+    details = (record.traceback if record else "") or stderr
+    return Outcome(code, failure_message(
+        f"Training failed: the training script ended with {describe_exit(code)} {where}.", summary, details))
 
 
-def single_worker_record(result: ProcessResult, error_file: str) -> FailureRecord:
-    summary, traceback_text = read_error_file(error_file)
-    return FailureRecord(exit_code=result.exit_code, rank=0, summary=summary,
-                         traceback=tail(traceback_text), stderr_tail=tail(result.stderr_tail))
+# -- output/success and output/failure -----------------------------------------------------------------
+def _say_on_stderr(message: str) -> None:
+    with contextlib.suppress(OSError):
+        print(f"opentc: {message}", file=sys.stderr, flush=True)
 
 
-def launcher_record(report_path: str) -> Optional[FailureRecord]:
+def clear_verdict(paths: JobPaths) -> None:
+    """No verdict left from an earlier run (a job folder re-used locally; SageMaker's never has one)."""
+    for path in (paths.failure_file, paths.success_file):
+        if os.path.lexists(path):
+            try:
+                os.remove(path)
+                log.info("removed %s from an earlier run", path)
+            except OSError as e:
+                log.error("cannot remove %s from an earlier run: %s", path, e)
+
+
+def _write_new(path: str, text: str) -> bool:
+    """Write `text` to a file that does not exist yet; on any error leave nothing half-written behind."""
     try:
-        with open(report_path, encoding="utf-8") as f:
-            return FailureRecord.from_json(f.read())
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def clear_stale_outcome(output_dir: str) -> None:
-    """A job folder re-used locally may hold the last run's verdict; SageMaker's never does."""
-    for name in ("failure", "success"):
-        path = os.path.join(output_dir, name)
-        if os.path.exists(path):
-            log.info("removing %s from an earlier run", path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return True   # the first writer's reason is the real one
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):
             os.remove(path)
+        raise
 
 
-def write_failure(output_dir: str, outcome: Outcome) -> str:
-    """Write output/failure unless something already did (the first writer's reason is the real one)."""
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, "failure")
-    if not os.path.exists(path):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(outcome.message)
-    # sagemaker-training's trainer logs "Reporting training FAILURE" next.
-    log.error("%s", outcome.message[:FAILURE_REASON_CHARS])
-    return path
+def report(paths: JobPaths, outcome: Outcome) -> None:
+    """output/success or output/failure, and the log lines SageMaker users and AWS's tests look for.
+    When the verdict cannot be written, stderr says why (the exit code still tells the truth)."""
+    path = paths.success_file if outcome.succeeded else paths.failure_file
+    try:
+        os.makedirs(paths.output, exist_ok=True)
+        _write_new(path, "" if outcome.succeeded else outcome.message)
+    except OSError as e:
+        _say_on_stderr(f"could not write {path}: {type(e).__name__}: {e}. The job's verdict is in this log "
+                       f"and in the exit code ({outcome.exit_code}).")
+    if outcome.succeeded:
+        log.info("Reporting training SUCCESS")
+    else:
+        log.error("Reporting training FAILURE")
+        log.error("%s", outcome.message[:FAILURE_REASON_CHARS])

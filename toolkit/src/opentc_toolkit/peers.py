@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+
+from opentc_launcher import exit_codes
 
 from .errors import JobConfigError
 
@@ -13,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 class PeerUnreachable(JobConfigError):
-    exit_code = 3
+    exit_code = exit_codes.PEERS_UNREACHABLE
 
 
 def wait_for_hosts(hosts: Iterable[str], timeout: float,

@@ -1,149 +1,174 @@
-"""The launch plan: the command line and environment that run the job on this host. Pure functions."""
+"""The launch plan: what runs the job on this host, as a command line and an environment. Pure functions.
+
+Every fact of the launch is decided here, once: the workers per host and the rendezvous (from the job and
+LaunchSettings), the PJRT device and the CPU multi-worker policy (through opentc_launcher.decision, the
+function `opentc-run` uses on its own). The workers receive the decision as options and apply it.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Optional
 
 from opentc_launcher.commands import run_command, worker_command
-from opentc_launcher.options import XLA_DEVICES, WorkerOptions
-from opentc_launcher.runtime import LaunchRefused, check_cpu_multi_worker
+from opentc_launcher.decision import LaunchRefused, decide
+from opentc_launcher.env_values import BadEnvironmentValue, number_from_env
+from opentc_launcher.options import WorkerOptions
 
-from .compiler import CompilerSettings
+from .compiler import CompilerSettings, compiler_environment
 from .errors import JobConfigError
 from .job import TrainingJob
+from .outcome import FailureSource, LauncherFailureReport, WorkerErrorFile
+from .supervisor import Command
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_PEER_TIMEOUT = 300.0
 DEFAULT_GRACE = 90.0
 DEFAULT_CACHE_FOLDER = "xla-compile-cache"
+# Linux refuses a single argument or environment entry longer than this (MAX_ARG_STRLEN, 32 pages).
+MAX_ARG_BYTES = 131072
 
 
 @dataclass(frozen=True)
 class LaunchSettings:
     """Knobs that are not part of the job's hyperparameters, read from the container's environment."""
 
-    workers_per_host: Optional[int] = None   # OPENTC_WORKERS_PER_HOST: overrides the GPU count
+    workers_per_host: int | None = None   # OPENTC_WORKERS_PER_HOST: overrides the GPU count
     peer_timeout: float = DEFAULT_PEER_TIMEOUT  # OPENTC_PEER_TIMEOUT: seconds to wait for the other hosts
     grace: float = DEFAULT_GRACE             # OPENTC_TERMINATION_GRACE: seconds between SIGTERM and SIGKILL
     master_port: int = DEFAULT_MASTER_PORT   # MASTER_PORT: rendezvous port on hosts[0]
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "LaunchSettings":
-        def number(name: str, kind, default, minimum):
-            text = env.get(name, "").strip()
-            if not text:
-                return default
-            try:
-                value = kind(text)
-            except ValueError:
-                value = None
-            if value is None or value < minimum:
-                raise JobConfigError(f"environment variable {name}={text!r} is not accepted: "
-                                     f"use a number >= {minimum}.")
-            return value
+    def from_env(cls, env: Mapping[str, str]) -> LaunchSettings:
+        try:
+            return cls(
+                workers_per_host=number_from_env(env, "OPENTC_WORKERS_PER_HOST", int, None, minimum=1),
+                peer_timeout=number_from_env(env, "OPENTC_PEER_TIMEOUT", float, DEFAULT_PEER_TIMEOUT),
+                grace=number_from_env(env, "OPENTC_TERMINATION_GRACE", float, DEFAULT_GRACE),
+                master_port=number_from_env(env, "MASTER_PORT", int, DEFAULT_MASTER_PORT, minimum=1),
+            )
+        except BadEnvironmentValue as e:
+            raise JobConfigError(str(e)) from None
 
-        return cls(
-            workers_per_host=number("OPENTC_WORKERS_PER_HOST", int, None, 1),
-            peer_timeout=number("OPENTC_PEER_TIMEOUT", float, DEFAULT_PEER_TIMEOUT, 0),
-            grace=number("OPENTC_TERMINATION_GRACE", float, DEFAULT_GRACE, 0),
-            master_port=number("MASTER_PORT", int, DEFAULT_MASTER_PORT, 1),
-        )
+
+@dataclass(frozen=True)
+class World:
+    """The processes of the job: hosts (nodes) times workers per host, meeting on master_addr."""
+
+    nodes: int = 1
+    node_rank: int = 0
+    workers_per_host: int = 1
+    master_addr: str = "127.0.0.1"
+
+    @property
+    def size(self) -> int:
+        return self.nodes * self.workers_per_host
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str
-    workers_per_host: int
-    nodes: int
-    node_rank: int
-    master_addr: str
-    peers: tuple[str, ...]          # other hosts that must resolve before the launch
-    error_file: str                 # one worker: where it records its error
-    failure_report: str             # several workers: where opentc-run reports the failed one
-    uses_launcher: bool             # True: opentc-run (torchrun) manages the workers
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.workers_per_host
+    command: Command                  # what the supervisor runs
+    options: WorkerOptions            # what every worker runs with (the decided device included)
+    world: World
+    peers: tuple[str, ...]            # other hosts that must resolve before the launch
+    failure_source: FailureSource     # where the failed worker's own account of it will be
+    kept_variables: Mapping[str, str]  # variables the compiler would set that the user had set: kept
 
 
-def worker_options(settings: CompilerSettings, job: TrainingJob, env: Mapping[str, str]) -> WorkerOptions:
+def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings) -> tuple[World, tuple[str, ...]]:
+    """Workers per host and the rendezvous: one worker, or (multi-worker) one per GPU on every host, meeting
+    on hosts[0] (hosts[] is in the same order on every host). Returns the world and the peers to wait for."""
+    if not settings.multi_worker:
+        return World(), ()
+    workers = launch.workers_per_host or max(job.num_gpus, 1)
+    if not job.is_multi_host:
+        return World(workers_per_host=workers), ()
+    world = World(nodes=len(job.hosts), node_rank=job.host_index, workers_per_host=workers,
+                  master_addr=job.hosts[0])
+    return world, tuple(h for h in job.hosts if h != job.current_host)
+
+
+def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
+    """What every worker runs with; the device and the CPU multi-worker policy decided for this world."""
     if not settings.enabled:
         return WorkerOptions(runtime="torch")
     cache_dir = ""
     if settings.cache:
         cache_dir = settings.cache_dir or os.path.join(job.paths.checkpoints, DEFAULT_CACHE_FOLDER)
-    device = env.get("PJRT_DEVICE", "").strip().upper() or "auto"
-    if device not in XLA_DEVICES:
-        raise JobConfigError(f"PJRT_DEVICE={env['PJRT_DEVICE']!r} is not accepted: use CUDA, CPU or TPU, "
-                             f"or leave it unset to let the toolkit choose.")
-    return WorkerOptions(
+    requested = WorkerOptions(
         runtime="xla",
-        xla_device=device,
         cpu_multi_worker=settings.cpu_multi_worker,
         compile_report_dir=job.paths.compiler_output,
         compile_cache_dir=cache_dir,
         max_compilations=settings.max_compilations,
     )
+    try:
+        return decide(requested, world.size, env, job.num_gpus)
+    except LaunchRefused as e:
+        raise JobConfigError(str(e)) from None
 
 
-def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings,
-               env: Mapping[str, str], script: str, scratch: str,
-               python: str = sys.executable) -> LaunchPlan:
+def check_os_limits(argv: tuple[str, ...], env: Mapping[str, str]) -> None:
+    """What the kernel would refuse at exec (E2BIG), named before anything starts."""
+    for i, arg in enumerate(argv):
+        size = len(arg.encode("utf-8", "surrogateescape"))
+        if size > MAX_ARG_BYTES:
+            option = argv[i - 1] if i > 0 and argv[i - 1].startswith("-") else ""
+            what = f"hyperparameter {option.lstrip('-')}" if option else f"the command-line value {arg[:40]!r}..."
+            raise JobConfigError(
+                f"{what} is {size} bytes long on the command line; Linux passes at most {MAX_ARG_BYTES} bytes per "
+                f"argument. Hyperparameters reach the script as --name value: put a large value in a file of an "
+                f"input channel and pass its name instead.")
+    for name, value in env.items():
+        size = len(name.encode()) + 1 + len(value.encode("utf-8", "surrogateescape"))
+        if size > MAX_ARG_BYTES:
+            raise JobConfigError(
+                f"the environment variable {name} would be {size} bytes long; Linux passes at most "
+                f"{MAX_ARG_BYTES} bytes per variable. SM_HPS, SM_TRAINING_ENV and SM_HP_<NAME> carry the "
+                f"hyperparameters: put a large value in a file of an input channel and pass its name instead.")
+
+
+def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings, base_env: Mapping[str, str],
+               script: str, scratch: str, python: str = sys.executable) -> LaunchPlan:
     """How to run `script` for this job on this host.
 
-    `env` is the complete environment of the workers (container environment, SM_* variables, compiler
-    variables); this adds only what the launch itself needs.
+    `base_env` is the container's environment; the workers get it with the SM_* variables and the compiler's
+    variables added (a variable the user set is kept). `scratch` is a folder for the run's own files.
     """
-    options = worker_options(settings, job, env)
-    workers = 1
-    nodes, node_rank, master_addr, peers = 1, 0, "127.0.0.1", ()
-    if settings.multi_worker:
-        workers = launch.workers_per_host or max(job.num_gpus, 1)
-        if job.is_multi_host:
-            # hosts[] is in the same order on every host; hosts[0] hosts the rendezvous.
-            nodes, node_rank, master_addr = len(job.hosts), job.host_index, job.hosts[0]
-            peers = tuple(h for h in job.hosts if h != job.current_host)
-    if options.runtime == "xla":
-        try:
-            check_cpu_multi_worker(options.xla_device, nodes * workers, options.cpu_multi_worker)
-        except LaunchRefused as e:
-            raise JobConfigError(str(e)) from None
-
-    error_file = os.path.join(scratch, "worker-error.json")
-    failure_report = os.path.join(scratch, "failure-report.json")
-    worker_env = {**env, "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1")}
+    world, peers = plan_world(job, settings, launch)
+    options = worker_options(settings, job, world, base_env)
+    changes = compiler_environment(settings, gpu_count=job.num_gpus, compiler_output=job.paths.compiler_output,
+                                   base_env=base_env)
+    env = {**base_env, **job.script_env, **changes.applied}
+    env.setdefault("PYTHONUNBUFFERED", "1")
     script_part = [*options.to_argv(), script, *job.user_args]
+    failure_source: FailureSource
     if settings.multi_worker:
-        argv = [*run_command(python), "--nproc-per-node", str(workers),
-                "--failure-report", failure_report, "--log-dir", os.path.join(scratch, "torchrun")]
-        if nodes == 1:
+        failure_source = LauncherFailureReport(os.path.join(scratch, "failure-report.json"))
+        argv = [*run_command(python), "--nproc-per-node", str(world.workers_per_host),
+                "--failure-report", failure_source.path, "--log-dir", os.path.join(scratch, "torchrun")]
+        if world.nodes == 1:
             # A local rendezvous on a free port: a single host never resolves its own name.
             argv += ["--standalone"]
         else:
-            argv += ["--nnodes", str(nodes), "--node-rank", str(node_rank),
-                     "--master-addr", master_addr, "--master-port", str(launch.master_port),
+            argv += ["--nnodes", str(world.nodes), "--node-rank", str(world.node_rank),
+                     "--master-addr", world.master_addr, "--master-port", str(launch.master_port),
                      "--rdzv-conf", f"timeout={max(1, int(launch.peer_timeout))}"]
         argv += script_part
     else:
+        failure_source = WorkerErrorFile(os.path.join(scratch, "worker-error.json"))
         argv = [*worker_command(python), *script_part]
-        worker_env["TORCHELASTIC_ERROR_FILE"] = error_file
+        env["TORCHELASTIC_ERROR_FILE"] = failure_source.path
+    check_os_limits(tuple(argv), env)
     return LaunchPlan(
-        argv=tuple(argv),
-        env=MappingProxyType(worker_env),
-        cwd=job.paths.code,
-        workers_per_host=workers,
-        nodes=nodes,
-        node_rank=node_rank,
-        master_addr=master_addr,
+        command=Command(argv=tuple(argv), env=MappingProxyType(env), cwd=job.paths.code,
+                        workers_are_children=settings.multi_worker),
+        options=options,
+        world=world,
         peers=peers,
-        error_file=error_file,
-        failure_report=failure_report,
-        uses_launcher=settings.multi_worker,
+        failure_source=failure_source,
+        kept_variables=changes.kept,
     )

@@ -1,7 +1,7 @@
-"""Runs the launch plan's process tree and turns how it ended into a result.
+"""Runs a command's process tree (the job's workers, or pip) and turns how it ended into a result.
 
 - The launched process gets its own session; its stderr passes through here (a tail is kept for the
-  failure file).
+  failure file). It dies with `train` (a parent-death signal), so a killed `train` leaves nothing running.
 - SIGTERM or SIGINT to `train` goes to every worker process (not to their helpers such as DataLoader
   workers, which end with their parent); after the grace period the whole tree gets SIGKILL.
 - When the launched process ends, whatever it left behind is stopped: this process is made a child
@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -18,25 +19,49 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
 
 import psutil
-from opentc_launcher.errors import normalise_exit_code
+
+from opentc_launcher import exit_codes
+
+from .errors import JobConfigError
 
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 8192
 LEFTOVER_GRACE = 3.0
+# Python's own helpers (multiprocessing's resource tracker and forkserver) outlive their parent by a moment
+# and then end by themselves: they are given this long before anything counts as left behind.
+HELPER_EXIT_WAIT = 2.0
+PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class Command:
+    """A process to run, and where a stop's SIGTERM goes."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str
+    # False: SIGTERM goes to the launched process. True: it launches and manages the workers (opentc-run);
+    # SIGTERM goes to its children, the workers, and it ends when they do.
+    workers_are_children: bool = False
 
 
 @dataclass(frozen=True)
 class ProcessResult:
     exit_code: int
     stderr_tail: str
-    stopped_by: Optional[int] = None     # the signal that stopped the job, if one did
+    stopped_by: int | None = None     # the signal that stopped the job, if one did
     grace: float = 0.0
+
+
+class StartFailed(JobConfigError):
+    """The operating system refused to start the command (its argv or environment)."""
 
 
 class _StderrPump(threading.Thread):
@@ -51,8 +76,11 @@ class _StderrPump(threading.Thread):
         out = getattr(sys.stderr, "buffer", None)
         for chunk in iter(lambda: os.read(self._stream.fileno(), 65536), b""):
             if out is not None:
-                out.write(chunk)
-                out.flush()
+                try:
+                    out.write(chunk)
+                    out.flush()
+                except OSError:  # our own stderr is gone: keep the tail for the failure file anyway
+                    out = None
             self._tail += chunk
             del self._tail[:-STDERR_TAIL_BYTES]
 
@@ -61,27 +89,35 @@ class _StderrPump(threading.Thread):
         return bytes(self._tail).decode("utf-8", errors="replace")
 
 
-def _become_subreaper() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: orphans go to init, as usual
-        pass
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: orphans go to init, as usual
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL it when `train` dies."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _signal_all(processes, signum: int) -> None:
     for p in processes:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.send_signal(signum)
-        except psutil.Error:
-            pass
+
+
+def _is_python_helper(process: psutil.Process) -> bool:
+    try:
+        return any(helper in part for part in process.cmdline() for helper in PYTHON_HELPERS)
+    except psutil.Error:
+        return False
 
 
 class Supervisor:
     def __init__(self, grace: float):
         self.grace = grace
-        self._stop_signal: Optional[int] = None
-        self._deadline: Optional[float] = None
-        self._root: Optional[psutil.Process] = None
+        self._stop_signal: int | None = None
+        self._deadline: float | None = None
+        self._root: psutil.Process | None = None
         self._workers_are_children = False
 
     # -- signals -------------------------------------------------------------------------------
@@ -91,7 +127,7 @@ class Supervisor:
             signal.signal(signum, self._on_signal)
 
     @property
-    def stop_requested(self) -> Optional[int]:
+    def stop_requested(self) -> int | None:
         return self._stop_signal
 
     def _on_signal(self, signum, _frame) -> None:
@@ -104,7 +140,7 @@ class Supervisor:
         _signal_all(self._workers(), signal.SIGTERM)
 
     def _workers(self) -> list:
-        """The processes that run user scripts: the launched process, or its children under opentc-run
+        """The processes a stop's SIGTERM goes to: the launched process, or its children under opentc-run
         (before opentc-run has started them, opentc-run itself, which then stops them as torchrun does)."""
         if self._root is None:
             return []
@@ -114,17 +150,24 @@ class Supervisor:
             return []
 
     # -- running -------------------------------------------------------------------------------
-    def run(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
-            workers_are_children: bool) -> ProcessResult:
-        _become_subreaper()
+    def run(self, command: Command) -> ProcessResult:
+        """Run the command to its end (or to a stop); raises StartFailed when it cannot be started."""
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         me = psutil.Process()
         already_ours = {p.pid for p in me.children()}
         if self._stop_signal is not None:
-            return ProcessResult(128 + self._stop_signal, "", self._stop_signal, self.grace)
-        proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stderr=subprocess.PIPE,
-                                start_new_session=True)
+            return ProcessResult(exit_codes.of_signal(self._stop_signal), "", self._stop_signal, self.grace)
+        try:
+            proc = subprocess.Popen(list(command.argv), env=dict(command.env), cwd=command.cwd,
+                                    stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+        except (OSError, ValueError) as e:
+            raise StartFailed(
+                f"the operating system refused to start {os.path.basename(command.argv[0])}: "
+                f"{type(e).__name__}: {e}. Its command line and environment carry the hyperparameters "
+                f"(--name value, SM_HP_<NAME>, SM_HPS): a value too long for a command line (over 128 KiB) "
+                f"or a name or value the OS cannot carry is the usual cause.") from None
         self._root = psutil.Process(proc.pid)
-        self._workers_are_children = workers_are_children
+        self._workers_are_children = command.workers_are_children
         pump = _StderrPump(proc.stderr)
         pump.start()
         if self._stop_signal is not None:  # a signal between the check above and Popen
@@ -137,6 +180,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 pass
             if self._deadline is not None and time.monotonic() > self._deadline and not killed:
+                assert self._stop_signal is not None
                 log.error("workers still running %g s after %s: sending SIGKILL", self.grace,
                           signal.Signals(self._stop_signal).name)
                 self._kill_tree(already_ours, signal.SIGKILL)
@@ -144,7 +188,7 @@ class Supervisor:
         self._stop_leftovers(already_ours)
         pump.join(timeout=5)
         self._root = None
-        return ProcessResult(normalise_exit_code(returncode), pump.tail, self._stop_signal, self.grace)
+        return ProcessResult(exit_codes.from_returncode(returncode), pump.tail, self._stop_signal, self.grace)
 
     def _descendants(self, exclude: set) -> list:
         try:
@@ -154,23 +198,41 @@ class Supervisor:
         found = []
         for p in mine:
             found.append(p)
-            try:
+            with contextlib.suppress(psutil.Error):
                 found += p.children(recursive=True)
-            except psutil.Error:
-                pass
         return found
 
     def _kill_tree(self, exclude: set, signum: int) -> None:
         _signal_all(self._descendants(exclude), signum)
 
     def _stop_leftovers(self, exclude: set) -> None:
-        """Processes the job left behind (re-parented here): SIGTERM, a short wait, then SIGKILL."""
+        """Processes the job left behind (re-parented here): SIGTERM, a short wait, then SIGKILL. Python's
+        own helpers get a moment to end by themselves first, and are not reported when they do not."""
         leftovers = self._descendants(exclude)
         if not leftovers:
             return
-        log.warning("stopping %d process(es) the training left behind: %s", len(leftovers),
-                    ", ".join(str(p.pid) for p in leftovers))
-        _signal_all(leftovers, signal.SIGTERM)
-        _, alive = psutil.wait_procs(leftovers, timeout=LEFTOVER_GRACE)
+        helpers = [p for p in leftovers if _is_python_helper(p)]
+        _, helpers = psutil.wait_procs(helpers, timeout=HELPER_EXIT_WAIT)
+        orphans = [p for p in leftovers if _alive(p) and not _is_python_helper(p)]
+        if orphans:
+            log.warning("stopping %d process(es) the training left behind: %s", len(orphans),
+                        ", ".join(f"{p.pid} ({_name(p)})" for p in orphans))
+        remaining = orphans + helpers
+        _signal_all(remaining, signal.SIGTERM)
+        _, alive = psutil.wait_procs(remaining, timeout=LEFTOVER_GRACE)
         _signal_all(alive, signal.SIGKILL)
         psutil.wait_procs(alive, timeout=LEFTOVER_GRACE)
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())[:120] or process.name()
+    except psutil.Error:
+        return "?"

@@ -1,0 +1,113 @@
+"""Bad input never exits 0: job files, hyperparameters and OPENTC_* variables a user could plausibly get wrong.
+
+Each case runs the real `train` entry on a real job folder and expects exit code 2, a failure file that
+names the input and what is accepted, nothing started, and no traceback of the toolkit's in the log.
+"""
+
+import json
+
+import pytest
+
+from conftest import BIN, TRAINING_MODULE, logged_failure, run_train
+from opentc_launcher import exit_codes
+
+
+def bad_job(make_job, compiler=False):
+    job = make_job()
+    job.use_script("argv_echo.py")
+    job.drop_script_hyperparameters()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=compiler)
+    return job
+
+
+def assert_refused(job, result, *expected):
+    assert result.returncode == exit_codes.BAD_INPUT, result.output[-3000:]
+    failure = job.failure
+    assert failure is not None, result.output[-3000:]
+    assert failure.startswith("Training not started: "), failure
+    for text in expected:
+        assert text in failure[:1024], failure
+    assert not (job.model / "argv.json").exists()             # nothing started
+    assert "Traceback" not in result.output and "Framework Error" not in result.output, result.output[-3000:]
+    assert logged_failure(result.output).rstrip() == failure[:1024].rstrip()   # the log ends with it
+    assert not job.succeeded
+
+
+@pytest.mark.parametrize("name,content,expected", [
+    ("hyperparameters.json", "{not json", ("input/config/hyperparameters.json cannot be read as JSON",
+                                           "JSON-encoded strings")),
+    ("hyperparameters.json", "", ("input/config/hyperparameters.json cannot be read as JSON",)),
+    ("hyperparameters.json", '["epochs", "3"]', ("input/config/hyperparameters.json holds a JSON list, not an "
+                                                 "object",)),
+    ("resourceconfig.json", None, ("job file missing: input/config/resourceconfig.json",)),
+    ("inputdataconfig.json", None, ("job file missing: input/config/inputdataconfig.json", "{}")),
+    ("hyperparameters.json", None, ("job file missing: input/config/hyperparameters.json",)),
+    ("resourceconfig.json", '{"current_host": "algo-1", "hosts": []}',
+     ('"hosts" is []; it must be a non-empty list of host names',)),
+    ("resourceconfig.json", '{"hosts": ["algo-1"]}', ('"current_host" is None; it must be one of hosts',)),
+    ("inputdataconfig.json", '"train"', ("input/config/inputdataconfig.json holds a JSON str",)),
+])
+def test_a_broken_job_file_is_named(make_job, name, content, expected):
+    job = bad_job(make_job)
+    path = job.config / name
+    if content is None:
+        path.unlink()
+    else:
+        path.write_text(content)
+    assert_refused(job, run_train(job), *expected)
+
+
+def test_without_an_output_folder_the_failure_file_is_still_written_and_a_stale_verdict_goes(make_job):
+    job = bad_job(make_job)
+    (job.config / "hyperparameters.json").write_text("[]")
+    assert not job.output.exists()
+    assert_refused(job, run_train(job), "holds a JSON list")
+    (job.output / "failure").unlink()
+    (job.output / "success").write_text("")                    # left by an earlier run
+    assert_refused(job, run_train(job), "holds a JSON list")
+
+
+@pytest.mark.parametrize("key,value,expected", [
+    ("a=b", '"1"', "hyperparameter name 'a=b' is not accepted"),
+    ("nul\u0000key", '"1"', "hyperparameter name 'nul\\x00key' is not accepted"),
+    ("note", '"a\\u0000b"', "hyperparameter note holds a NUL character"),
+    ("blob", "1 MiB", "hyperparameter blob is 1048576 bytes long on the command line"),
+], ids=["equals-in-name", "nul-in-name", "nul-in-value", "1-MiB-value"])
+def test_a_hyperparameter_the_os_cannot_carry_is_named(make_job, key, value, expected):
+    job = bad_job(make_job)
+    if value == "1 MiB":   # built here: a parameter this long would not fit in pytest's own environment
+        value = json.dumps("x" * 1_048_576)
+    job.write_hyperparameters({**job.hyperparameters(), key: value})
+    assert_refused(job, run_train(job), expected)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("OPENTC_TERMINATION_GRACE", "nan"), ("OPENTC_TERMINATION_GRACE", "-1"), ("OPENTC_PEER_TIMEOUT", "nan"),
+    ("OPENTC_PEER_TIMEOUT", "inf"), ("OPENTC_WORKERS_PER_HOST", "-2"), ("OPENTC_WORKERS_PER_HOST", "1e9"),
+])
+def test_a_non_finite_or_negative_opentc_variable_is_named(make_job, name, value):
+    job = bad_job(make_job)
+    assert_refused(job, run_train(job, **{name: value}), f"environment variable {name}={value!r} is not accepted")
+
+
+def test_a_requirement_that_would_move_torch_is_refused_naming_the_pin(make_job):
+    import importlib.metadata as metadata
+
+    job = bad_job(make_job)
+    (job.root / "code" / "requirements.txt").write_text("# ours\ntorch==2.8.0\ntransformers\n")
+    assert_refused(job, run_train(job), "requirements.txt asks for 'torch==2.8.0' (this image pins "
+                                        f"torch=={metadata.version('torch')})")
+
+
+def test_sagemaker_trainings_own_train_keeps_a_failing_exit_code(make_job):
+    """`train` from sagemaker-training with SAGEMAKER_TRAINING_MODULE lands in the toolkit, which ends the process
+    with the job's exit code: the trainer's `finally` (sys.exit(0) when its bookkeeping fails) cannot replace it."""
+    job = make_job()
+    job.use_script("crash.py")
+    job.drop_script_hyperparameters()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    result = run_train(job, command=BIN / "train")
+    assert result.returncode == exit_codes.FAILED, result.output[-3000:]
+    assert "ValueError: batch 7 has 3 columns, expected 4" in job.failure.splitlines()[1]
+    assert "Framework Error" not in result.output and "Framework Error" not in job.failure
+    assert f"Imported framework {TRAINING_MODULE.split(':')[0]}" in result.output

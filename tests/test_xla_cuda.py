@@ -1,0 +1,180 @@
+"""XLA:CUDA from PyPI: torch-xla's PJRT plugin interface with NVIDIA's PJRT plugin (jax-cuda12-pjrt).
+
+No GPU here, so these tests run the real plugin path as far as a machine without one allows: the plugin
+binary found, its PJRT C API version read, torch-xla loading it with exact version checking and accepting
+its client options, up to CUDA's own initialisation (cuInit), which fails without a driver. They fail when
+one pin of the pair moves without the other, when the plugin file is missing, and when a torch-xla program
+does not get the plugin registered.
+"""
+
+import json
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import BIN, SCRIPTS, clean_env, run_train
+from opentc_launcher.xla_cuda import PJRT_C_API, PluginUnusable, check_cuda_plugin, plugin_api_version
+
+PY = str(BIN / "python")
+OUR_PLUGIN = "opentc_launcher.cuda_plugin.CudaPlugin"
+
+
+def python(code, tmp_path, timeout=180, **env):
+    return subprocess.run([PY, "-c", textwrap.dedent(code)], env=clean_env(**env), cwd=str(tmp_path),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+def test_the_installed_plugin_speaks_the_api_this_torch_xla_expects():
+    import importlib.metadata as metadata
+
+    path = check_cuda_plugin()
+    assert path.endswith("jax_plugins/xla_cuda12/xla_cuda_plugin.so") and os.path.isfile(path)
+    release = ".".join(metadata.version("torch-xla").split(".")[:2])
+    expected, plugin_release = PJRT_C_API[release]
+    assert plugin_api_version(path) == expected
+    assert metadata.version("jax-cuda12-pjrt") == plugin_release
+
+
+def test_a_pin_moved_alone_is_named_with_both_versions_and_the_pair_to_pin():
+    with pytest.raises(PluginUnusable) as err:
+        check_cuda_plugin(torch_xla_version="2.8.1")   # torch-xla bumped, plugin not
+    message = str(err.value)
+    assert message.startswith("XLA:CUDA's PJRT plugin does not match torch-xla: jax-cuda12-pjrt 0.5.3 speaks "
+                              "PJRT C API 0.67, torch-xla 2.8.1 expects 0.70.")
+    assert "torch-xla 2.8.x with jax-cuda12-pjrt==0.6.2" in message
+    with pytest.raises(PluginUnusable, match="torch-xla 2.9.0 has no known XLA:CUDA plugin"):
+        check_cuda_plugin(torch_xla_version="2.9.0")
+
+
+def test_a_missing_plugin_file_is_named(tmp_path):
+    # A copy of the wheel's metadata whose file list names the plugin, without the file: what a broken or
+    # half-removed install looks like. It comes first on sys.path, so importlib.metadata finds it first.
+    import importlib.metadata as metadata
+
+    dist = metadata.distribution("jax-cuda12-pjrt")
+    info = tmp_path / f"jax_cuda12_pjrt-{dist.version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: jax-cuda12-pjrt\nVersion: {dist.version}\n")
+    (info / "RECORD").write_text("jax_plugins/xla_cuda12/xla_cuda_plugin.so,,\n")
+    found = python("""
+        from opentc_launcher.xla_cuda import PluginUnusable, check_cuda_plugin
+        try:
+            check_cuda_plugin()
+        except PluginUnusable as e:
+            print("REFUSED", e)
+        """, tmp_path, PYTHONPATH=str(tmp_path))
+    assert "REFUSED XLA:CUDA's PJRT plugin file is missing: jax-cuda12-pjrt" in found.stdout, found.stdout
+    assert str(tmp_path / "jax_plugins" / "xla_cuda12" / "xla_cuda_plugin.so") in found.stdout
+
+
+def test_torch_xla_loads_the_real_plugin_up_to_cuda_initialisation(tmp_path):
+    found = python("""
+        import torch_xla
+        try:
+            torch_xla.device()
+        except RuntimeError as e:
+            print("STOPPED:", e)
+        """, tmp_path, PJRT_DEVICE="CUDA", TF_CPP_MIN_LOG_LEVEL="0")
+    out = found.stdout
+    assert "failed call to cuInit" in out, out[-3000:]                            # CUDA itself was reached
+    assert "STOPPED: Bad StatusOr access: FAILED_PRECONDITION: No visible GPU devices." in out, out[-3000:]
+    assert "does not match" not in out and "Unexpected option" not in out
+    # torch-xla checked the version exactly (the plugin keeps strict checking on)
+    strict = python("""
+        import os, torch_xla
+        from torch_xla.experimental import plugins
+        plugins.default().library_path()
+        print("ENABLE_PJRT_COMPATIBILITY=" + os.environ["ENABLE_PJRT_COMPATIBILITY"])
+        """, tmp_path, PJRT_DEVICE="CUDA")
+    assert "ENABLE_PJRT_COMPATIBILITY=0" in strict.stdout, strict.stdout[-2000:]
+
+
+def test_every_way_a_torch_xla_program_starts_gets_the_plugin(tmp_path):
+    out = tmp_path / "seen"
+    out.mkdir()
+    env = {"PJRT_DEVICE": "CPU"}
+    runs = [
+        [PY, str(SCRIPTS / "cuda_plugin_seen.py"), str(out), "launch"],            # python, then xmp.spawn
+        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "1", str(SCRIPTS / "cuda_plugin_seen.py"),
+         str(out)],
+    ]
+    for argv in runs:
+        done = subprocess.run(argv, env=clean_env(**env), cwd=str(tmp_path), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:]
+    seen = [json.loads(p.read_text()) for p in out.iterdir()]
+    assert sorted(s["tag"] for s in seen) == ["launch-child", "main", "torchrun-worker"]
+    assert all(s["plugin"] == OUR_PLUGIN for s in seen), seen
+    child = next(s for s in seen if s["tag"] == "launch-child")
+    assert child["parent"] != os.getpid()
+
+
+PLUGIN_OPTIONS = """
+    import json
+    from opentc_launcher.cuda_plugin import cuda_plugin   # before torch_xla: no circular import
+    p = cuda_plugin()
+    print(json.dumps({"options": p.client_create_options(), "coordinator": p.requires_xla_coordinator(),
+                      "chips": p.physical_chip_count()}))
+    """
+
+
+@pytest.mark.parametrize("env,options,coordinator,chips", [
+    ({}, {"platform_name": "gpu", "allocator": "default", "node_id": 0, "num_nodes": 1}, False, 1),
+    # torchrun, 4 workers per host on 2 hosts, this one local rank 2 of host 1
+    ({"LOCAL_RANK": "2", "RANK": "6", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8", "GPU_NUM_DEVICES": "4"},
+     {"platform_name": "gpu", "allocator": "default", "visible_devices": [2], "node_id": 6, "num_nodes": 8},
+     True, 4),
+    # xmp.spawn sets the PJRT_* pair only
+    ({"PJRT_LOCAL_PROCESS_RANK": "1", "PJRT_LOCAL_PROCESS_COUNT": "2"},
+     {"platform_name": "gpu", "allocator": "default", "visible_devices": [1], "node_id": 1, "num_nodes": 2},
+     True, 1),
+    # upstream's allocator switches
+    ({"PJRT_ALLOCATOR_CUDA_ASYNC": "1", "PJRT_ALLOCATOR_FRACTION": "0.5", "PJRT_ALLOCATOR_PREALLOCATE": "false"},
+     {"platform_name": "gpu", "allocator": "cuda_async", "memory_fraction": 0.5, "preallocate": False,
+      "node_id": 0, "num_nodes": 1}, False, 1),
+])
+def test_client_options_follow_upstreams_cuda_plugin(tmp_path, env, options, coordinator, chips):
+    found = python(PLUGIN_OPTIONS, tmp_path, **env)
+    assert found.returncode == 0, found.stdout[-3000:]
+    result = json.loads(found.stdout.strip().splitlines()[-1])
+    assert result == {"options": options, "coordinator": coordinator, "chips": chips}
+
+
+def test_ptxas_and_libdevice_are_where_the_plugin_looks():
+    # The plugin searches $ORIGIN/../../nvidia/cuda_nvcc for XLA's CUDA data dir: ptxas and libdevice.
+    import importlib.metadata as metadata
+
+    root = os.path.normpath(os.path.join(os.path.dirname(check_cuda_plugin()), "..", "..", "nvidia", "cuda_nvcc"))
+    assert os.path.isfile(os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc"))
+    shown = subprocess.run([os.path.join(root, "bin", "ptxas"), "--version"], stdout=subprocess.PIPE, text=True,
+                           timeout=60)
+    assert shown.returncode == 0
+    assert f"V{metadata.version('nvidia-cuda-nvcc-cu12')}" in shown.stdout
+
+
+def test_a_gpu_job_without_a_gpu_starts_nothing(make_job):
+    job = make_job()
+    result = run_train(job, PJRT_DEVICE="CUDA")
+    assert result.returncode == 2, result.output[-3000:]
+    assert job.failure.startswith("Training not started: no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA")
+    assert not (job.model / "model.safetensors").exists()
+
+
+def test_opentc_run_refuses_cuda_without_a_gpu(tmp_path):
+    done = subprocess.run([str(BIN / "opentc-run"), "--standalone", "--nproc-per-node", "1", "--xla-device", "CUDA",
+                           str(SCRIPTS / "report_env.py")], env=clean_env(SM_MODEL_DIR=str(tmp_path)),
+                          cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    assert done.returncode == 2
+    assert "no GPU visible" in done.stdout
+    assert not (tmp_path / "env-rank0.json").exists()
+
+
+def test_the_module_reads_no_jax_and_no_torch_xla():
+    # Finding and checking the plugin must work before torch-xla is imported (the worker does it first).
+    found = subprocess.run([PY, "-c", "import sys; from opentc_launcher.xla_cuda import check_cuda_plugin; "
+                                      "check_cuda_plugin(); print(sorted(m for m in sys.modules "
+                                      "if m.split('.')[0] in ('jax', 'jax_plugins', 'torch_xla')))"],
+                           env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert found.stdout.strip().splitlines()[-1] == "[]", found.stdout
