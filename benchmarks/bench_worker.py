@@ -14,9 +14,9 @@ import time
 
 CONFIGS = {
     # The sample job's model (sample/job/code/tiny-gpt2.json).
-    "tiny": dict(n_layer=2, n_head=2, n_embd=64, n_inner=256),
+    "tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_inner": 256},
     # A small GPT-2: a quarter of GPT-2 small's depth and a third of its width.
-    "small": dict(n_layer=4, n_head=4, n_embd=256, n_inner=1024),
+    "small": {"n_layer": 4, "n_head": 4, "n_embd": 256, "n_inner": 1024},
 }
 VOCAB = 2048
 
@@ -88,7 +88,7 @@ def main():
         "runtime": args.runtime, "config": args.config, "device": str(device), "batch": args.batch,
         "seq": args.seq, "dynamic": args.dynamic, "steps": args.steps,
         "median_step_s": statistics.median(times),
-        "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times)),
+        "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times, strict=True)),
         "first_step_done_s": first_step_end - t0,
         "final_loss": float(loss.detach().to("cpu")),
     }

@@ -81,7 +81,8 @@ def cache(device: str, quick: bool) -> list[dict]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-FIRST_LINE = "import time; STARTED = time.time()\nimport os\nopen(os.environ['BENCH_T_FILE'], 'w').write(repr(STARTED))\n"
+FIRST_LINE = ("import time; STARTED = time.time()\nimport os\n"
+              "open(os.environ['BENCH_T_FILE'], 'w').write(repr(STARTED))\n")
 
 
 def launcher_overhead(device: str, repeats: int) -> list[dict]:
@@ -150,7 +151,7 @@ def render(results: dict) -> str:
     out += ["### 2. Graphs compiled per job (tiny GPT-2)",
             table(["sequence length", "steps", "graphs compiled", "compile (s)", "median step (ms)"], rows), ""]
     rows = [[name, r["graphs_compiled"], r["cache_hits"], f"{r['compile_s']:.1f}", f"{r['first_step_done_s']:.1f}"]
-            for name, r in zip(("cold", "warm"), results["cache"])]
+            for name, r in zip(("cold", "warm"), results["cache"], strict=True)]
     out += ["### 3. Persistent compilation cache, two identical jobs (small GPT-2)",
             table(["job", "graphs compiled", "loaded from cache", "compile (s)",
                    "process start to first finished step (s)"], rows), ""]
