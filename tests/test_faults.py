@@ -224,5 +224,8 @@ def test_two_single_host_launches_on_one_machine_both_succeed(tmp_path):
     outputs = [(out, proc.communicate(timeout=300)[0], proc.returncode) for out, proc in runs]
     for _, output, code in outputs:
         assert code == 0, output[-3000:]
-    ports = {json.loads((out / "env-rank0.json").read_text())["MASTER_PORT"] for out, _, _ in outputs}
+    reports = [json.loads((out / "env-rank0.json").read_text()) for out, _, _ in outputs]
+    ports = {r["MASTER_PORT"] for r in reports}
     assert len(ports) == 2 and "29500" not in ports, ports
+    # on the loopback address, never this host's name (a container without a network cannot resolve it)
+    assert {r["MASTER_ADDR"] for r in reports} == {"127.0.0.1"}

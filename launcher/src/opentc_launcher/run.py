@@ -57,11 +57,14 @@ def build_parser(env=os.environ):
 
 def apply_standalone(args) -> None:
     """What torchrun's own run() does for --standalone (config_from_args does not): a local rendezvous on a
-    free port with a fresh id, so two single-host launches on one machine never meet or collide."""
+    free port with a fresh id, so two single-host launches on one machine never meet or collide. Unlike
+    torchrun, the workers meet on 127.0.0.1, not on this host's name: a container without a network
+    (docker run --network none) cannot resolve its own name."""
     if args.standalone:
         args.rdzv_backend = "c10d"
-        args.rdzv_endpoint = "localhost:0"
+        args.rdzv_endpoint = "127.0.0.1:0"
         args.rdzv_id = str(uuid.uuid4())
+        args.local_addr = args.local_addr or "127.0.0.1"
 
 
 def _stderr_tail(log_dir: str, local_rank: int, error_file: str) -> str:
