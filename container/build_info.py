@@ -1,56 +1,75 @@
 """Build step, not kept in the image: checks that what the image's labels claim is what got installed, and
-writes /opt/opentc/image.json (read by help.py). A mismatch fails the build, so the labels cannot go stale.
+writes /opt/opentc/image.json (read by help.py). A mismatch fails the build, so the labels cannot go stale;
+so does an XLA:CUDA plugin that does not speak the PJRT C API version torch-xla expects.
 
-usage: build_info.py OUTPUT.json KEY=VALUE...   keys: opentc torch torch-xla torch-xla.build cuda python
-       (checked), base os source (recorded as given)
+usage: build_info.py OUTPUT.json KEY=VALUE...   keys: opentc torch torch-xla jax-cuda12-pjrt pjrt-c-api cuda
+       ptxas python (checked), base os source (recorded as given)
 """
 
 import importlib.metadata as metadata
 import json
+import os
 import platform
+import subprocess
 import sys
 
 import torch
 
+from opentc_launcher.xla_cuda import PluginUnusable, check_cuda_plugin, plugin_api_version
 
-def torch_xla_origin() -> str:
-    """The URL the torch-xla wheel came from, or "" when pip took it from an index (PyPI)."""
-    direct = metadata.distribution("torch-xla").read_text("direct_url.json")
-    return json.loads(direct)["url"] if direct else ""
+CHECKED = ("opentc", "torch", "torch-xla", "jax-cuda12-pjrt", "pjrt-c-api", "cuda", "ptxas")
+
+
+def ptxas_version() -> str:
+    """The version ptxas reports (`Cuda compilation tools, release 12.6, V12.6.85`), or why it did not run."""
+    import nvidia.cuda_nvcc
+
+    ptxas = os.path.join(list(nvidia.cuda_nvcc.__path__)[0], "bin", "ptxas")
+    try:
+        shown = subprocess.run([ptxas, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"not runnable ({e})"
+    release = [line for line in shown.splitlines() if line.startswith("Cuda compilation tools")]
+    return release[0].rsplit(" V", 1)[-1] if release else f"unknown ({shown.strip()[:200]})"
 
 
 def main(output: str, claims: dict[str, str]) -> int:
+    problems = []
+    try:
+        plugin = check_cuda_plugin()
+        major, minor = plugin_api_version(plugin)
+        api = f"{major}.{minor}"
+    except PluginUnusable as e:
+        problems.append(str(e))
+        api = "unusable"
     found = {
         "opentc": metadata.version("opentc-toolkit"),
         "opentc-launcher": metadata.version("opentc-launcher"),
         "torch": metadata.version("torch"),
         "torch-xla": metadata.version("torch-xla"),
-        "torch-xla.origin": torch_xla_origin() or "PyPI",
-        "torch.cuda": torch.version.cuda or "none",
+        "jax-cuda12-pjrt": metadata.version("jax-cuda12-pjrt"),
+        "pjrt-c-api": api,
+        "cuda": torch.version.cuda or "none",
+        "ptxas": ptxas_version(),
         "python": platform.python_version(),
         "transformers": metadata.version("transformers"),
         "accelerate": metadata.version("accelerate"),
         "datasets": metadata.version("datasets"),
         "sagemaker-training": metadata.version("sagemaker-training"),
     }
-    build = claims["torch-xla.build"]
-    problems = [f"{key}: the label says {claims[key]}, installed is {found[key]}"
-                for key in ("opentc", "torch", "torch-xla") if found[key].split("+")[0] != claims[key]]
+    problems += [f"{key}: the label says {claims[key]}, installed is {found[key]}"
+                 for key in CHECKED if found[key].split("+")[0] != claims[key]]
     if found["opentc-launcher"] != found["opentc"]:
         problems.append(f"opentc-launcher {found['opentc-launcher']} != opentc-toolkit {found['opentc']}")
     if not (found["python"] + ".").startswith(claims["python"] + "."):
         problems.append(f"python: the label says {claims['python']}, installed is {found['python']}")
-    if claims["cuda"] != "none" and found["torch.cuda"] != claims["cuda"]:
-        problems.append(f"cuda: the label says {claims['cuda']}, torch is built for {found['torch.cuda']}")
-    if build.startswith("cuda") and f"/cuda/{build[4:]}/" not in found["torch-xla.origin"]:
-        problems.append(f"torch-xla.build: the label says {build}, the wheel came from {found['torch-xla.origin']}")
-    if build == "pypi-cpu" and found["torch-xla.origin"] != "PyPI":
-        problems.append(f"torch-xla.build: the label says {build}, the wheel came from {found['torch-xla.origin']}")
     if problems:
         print("build_info.py: the image's labels do not match what is installed:", *problems, sep="\n  ",
               file=sys.stderr)
         return 1
-    info = {**found, **{k: v for k, v in claims.items() if k not in found}}
+    info = {**found, **{k: v for k, v in claims.items() if k not in found},
+            "xla-cuda": f"PJRT plugin jax-cuda12-pjrt {found['jax-cuda12-pjrt']} (PJRT C API {api})"}
     with open(output, "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, sort_keys=True)
     print(json.dumps(info, indent=2, sort_keys=True))

@@ -8,12 +8,15 @@ with open("/opt/opentc/image.json", encoding="utf-8") as f:
 
 print(f"""\
 opentc {info['opentc']}: SageMaker Training Compiler rebuilt on open components, as a SageMaker training image.
-PyTorch {info['torch']}, PyTorch/XLA {info['torch-xla']} ({info['torch-xla.build']}), Python {info['python']},
-transformers {info['transformers']}, accelerate {info['accelerate']}, datasets {info['datasets']},
-sagemaker-training {info['sagemaker-training']}; base {info['base']}.
+PyTorch {info['torch']}, PyTorch/XLA {info['torch-xla']}, Python {info['python']}, transformers {info['transformers']},
+accelerate {info['accelerate']}, datasets {info['datasets']}, sagemaker-training {info['sagemaker-training']};
+base {info['base']}.
+XLA:CPU without GPUs; XLA:CUDA on GPUs through the {info['xla-cuda']},
+CUDA {info['cuda']} libraries from torch's wheels, ptxas {info['ptxas']}; the driver comes from the host.
 
 Run a training job (a folder laid out like /opt/ml: input/config/*.json, input/data/<channel>/, code/):
   docker run --rm --gpus all -v /path/to/job:/opt/ml <image> train
+(with no command and a job mounted, the image runs train too).
 The model lands in /path/to/job/model, the verdict in output/success or output/failure. The compiler is
 switched on by the hyperparameter sagemaker_training_compiler_enabled="true" in hyperparameters.json.
 `docker stop -t 120` stops a job as SageMaker does: SIGTERM to every worker, SIGKILL after

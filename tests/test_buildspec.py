@@ -28,7 +28,7 @@ PHASES = ("install", "pre_build", "build", "post_build")
 ACCOUNT, REGION = "123456789012", "us-west-2"
 REGISTRY = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
 VERSION = re.search(r'^version = "(.+)"', (REPO / "toolkit" / "pyproject.toml").read_text(), re.M)[1]
-TAG = f"{VERSION}-gpu-py310-cu126-ubuntu22.04-sagemaker"
+TAG = f"{VERSION}-gpu-py311-cu126-debian12-sagemaker"
 
 STUB = """\
 #!{python}
@@ -41,6 +41,26 @@ with open(os.environ["STUB_LOG"], "a") as f:
     f.write(json.dumps(record) + "\\n")
 if sys.argv[1:3] == ["ecr", "get-login-password"]:
     print("stub-ecr-password")
+if name == "nvidia-smi":
+    for i in range(int(os.environ["STUB_GPUS"])):
+        print(f"GPU {{i}}: NVIDIA H100 80GB HBM3 (UUID: GPU-stub-{{i}})")
+if name == "docker" and "--gpus" in sys.argv and os.environ.get("STUB_GPU_JOBS") == "succeed":
+    # What a GPU job leaves behind (there is no GPU here): the verdict, the compile report, the log line,
+    # and for the all-reduce job each rank's result.
+    job = next(a.split(":")[0] for a in sys.argv if a.endswith(":/opt/ml"))
+    program = json.load(open(f"{{job}}/input/config/hyperparameters.json"))["sagemaker_program"]
+    if "xla_all_reduce" in program:
+        world = int(os.environ["STUB_GPUS"])
+        os.makedirs(f"{{job}}/model", exist_ok=True)
+        for rank in range(world):
+            with open(f"{{job}}/model/all-reduce-rank{{rank}}.json", "w") as f:
+                json.dump({{"rank": rank, "world": world, "sum": world * (world + 1) / 2}}, f)
+    else:
+        os.makedirs(f"{{job}}/output/data/compiler", exist_ok=True)
+        open(f"{{job}}/output/success", "w").close()
+        with open(f"{{job}}/output/data/compiler/compile-report-rank0.json", "w") as f:
+            json.dump({{"device": "CUDA", "graphs_compiled": 2, "exit_code": 0}}, f)
+        print("opentc_toolkit INFO     PyTorch/XLA on PJRT_DEVICE=CUDA (1 GPU(s) on this host)")
 sys.exit(1 if " ".join([name, *sys.argv[1:2]]) == os.environ.get("STUB_FAIL") else 0)
 """
 
@@ -67,11 +87,12 @@ def load():
 
 
 class DryRun:
-    def __init__(self, folder: Path, spec: dict, stub_fail: str = "", project_env: dict | None = None):
+    def __init__(self, folder: Path, spec: dict, stub_fail: str = "", project_env: dict | None = None,
+                 gpus: int = 0, gpu_jobs: str = ""):
         self.folder = folder
         bin_dir = folder / "bin"
         bin_dir.mkdir(parents=True)
-        for name in ("aws", "docker"):
+        for name in ("aws", "docker") + (("nvidia-smi",) if gpus else ()):
             (bin_dir / name).write_text(STUB.format(python=sys.executable))
             (bin_dir / name).chmod(0o755)
         manifest, self.commands = [], []
@@ -93,6 +114,7 @@ class DryRun:
             "PATH": os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
             "HOME": str(folder), "LANG": "C.UTF-8",
             "STUB_LOG": str(folder / "calls.jsonl"), "STUB_FAIL": stub_fail,
+            "STUB_GPUS": str(gpus), "STUB_GPU_JOBS": gpu_jobs, "TMPDIR": str(folder),
             "DRY_RUN_MANIFEST": str(folder / "manifest"), "DRY_RUN_RESULTS": str(folder / "results"),
             "PYTEST_DEBUG_TEMPROOT": str(folder), "OPENTC_CONTAINER_TESTS": "skip",
             # What CodeBuild provides, then the buildspec's variables, then the project's (which win).
@@ -155,6 +177,8 @@ def test_dry_run_logs_in_builds_tests_and_pushes_the_dlc_style_tag(tmp_path):
     assert ["docker", "run", "--rm", uri] in run.argvs("docker", "run")                  # the help
     assert any(argv[4:6] == ["python", "-c"] for argv in run.argvs("docker", "run", "--rm", uri))
     assert "container tests skipped: OPENTC_CONTAINER_TESTS=skip" in run.output          # pytest found them
+    assert "GPU gate skipped: no GPU visible on this host" in run.output                 # a CPU build host
+    assert not [argv for argv in run.argvs("docker", "run") if "--gpus" in argv]
     assert run.argvs("docker", "push") == [["docker", "push", uri]]
     order = [run.index("docker", "login"), run.index("docker", "build"), run.index("docker", "run"),
              run.index("docker", "push")]
@@ -183,3 +207,29 @@ def test_a_failing_image_test_stops_the_push(tmp_path, on_failure):
     assert run.argvs("docker", "build") and run.argvs("docker", "run")
     assert run.argvs("docker", "push") == []
     assert run.exit_codes[-1] != 0
+
+
+def gpu_runs(run):
+    return [argv for argv in run.argvs("docker", "run") if "--gpus" in argv]
+
+
+@pytest.mark.parametrize("gpus", [1, 4])
+def test_on_a_gpu_host_the_gate_runs_the_jobs_and_checks_them_before_the_push(tmp_path, gpus):
+    # Stubbed: nvidia-smi (it lists `gpus` GPUs) and what the GPU jobs leave behind (no GPU here).
+    run = DryRun(tmp_path, load(), gpus=gpus, gpu_jobs="succeed")
+    assert run.exit_codes == [0] * len(run.commands), run.output
+    uri = f"{REGISTRY}/opentc:{TAG}"
+    runs = gpu_runs(run)
+    assert len(runs) == (2 if gpus > 1 else 1)
+    assert all(argv[:5] == ["docker", "run", "--rm", "--gpus", "all"] and argv[-2:] == [uri, "train"] for argv in runs)
+    assert f"GPU gate passed ({gpus} GPU(s))" in run.output
+    assert ("2/2 skipped" in run.output) == (gpus == 1)
+    last_gpu_run = max(i for i, c in enumerate(run.calls) if "--gpus" in c["argv"])
+    assert run.index("docker", "push") > last_gpu_run
+
+
+def test_a_gpu_job_that_leaves_no_verdict_fails_the_gate_and_nothing_is_pushed(tmp_path):
+    run = DryRun(tmp_path, load(), gpus=2)          # docker exits 0, but the job wrote nothing
+    assert len(gpu_runs(run)) == 1
+    assert "GPU gate FAILED: the sample job left no output/success" in run.output
+    assert run.argvs("docker", "push") == [] and run.exit_codes[-1] != 0

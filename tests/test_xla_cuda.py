@@ -178,3 +178,14 @@ def test_the_module_reads_no_jax_and_no_torch_xla():
                                       "if m.split('.')[0] in ('jax', 'jax_plugins', 'torch_xla')))"],
                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert found.stdout.strip().splitlines()[-1] == "[]", found.stdout
+
+
+def test_the_gpu_gates_all_reduce_script_runs_on_one_xla_cpu_worker(tmp_path):
+    """dev/gpu-gate runs this script on every GPU of a GPU host; here it runs as one XLA:CPU worker, so a typo or
+    an API that torch-xla does not have fails CI rather than the release build."""
+    done = subprocess.run([str(BIN / "opentc-worker"), "--xla-device", "CPU", str(SCRIPTS / "xla_all_reduce.py")],
+                          env=clean_env(SM_MODEL_DIR=str(tmp_path)), cwd=str(tmp_path), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    result = json.loads((tmp_path / "all-reduce-rank0.json").read_text())
+    assert (result["rank"], result["world"], result["sum"], result["pjrt_device"]) == (0, 1, 1.0, "CPU")

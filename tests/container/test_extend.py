@@ -58,3 +58,31 @@ def test_a_derived_image_runs_its_own_script_and_requirement(image, make_job, co
     assert result.returncode == 0, result.output[-4000:]
     assert (job.model / "shout.txt").read_text().startswith("HELLO! shout 1.2.3 torch 2.7.0")
     assert job.succeeded
+
+
+def test_a_derived_images_pip_install_cannot_move_torch(image, containers, tmp_path):
+    """PIP_CONSTRAINT holds torch, torch-xla, the XLA:CUDA plugin and the CUDA libraries at the image's versions
+    for every pip install, a derived image's own included: a package that needs another torch fails the build,
+    naming torch, instead of quietly replacing the stack under torch-xla."""
+    package = tmp_path / "context" / "wants_new_torch"
+    package.mkdir(parents=True)
+    (package / "pyproject.toml").write_text(textwrap.dedent("""\
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "wants-new-torch"
+        version = "1.0"
+        dependencies = ["torch>=2.99"]
+        """))
+    (package / "wants_new_torch.py").write_text("")
+    (tmp_path / "context" / "Dockerfile").write_text(textwrap.dedent(f"""\
+        FROM {image}
+        COPY wants_new_torch /tmp/wants_new_torch
+        RUN pip install --no-cache-dir --no-index --no-build-isolation /tmp/wants_new_torch
+        """))
+    built = docker("build", "--tag", containers("image", "opentc-test-derived"), str(tmp_path / "context"),
+                   timeout=600)
+    assert built.returncode != 0, built.stdout[-3000:]
+    assert "torch>=2.99" in built.stdout and "torch==" in built.stdout, built.stdout[-3000:]

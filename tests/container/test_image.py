@@ -3,6 +3,7 @@ no build secret left in it."""
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 from .conftest import docker, inspect
@@ -12,6 +13,12 @@ REPO = Path(__file__).resolve().parents[2]
 TOOLKIT_MANAGED = {"PJRT_DEVICE", "USE_TORCH_XLA", "GPU_NUM_DEVICES", "PT_XLA_DEBUG_LEVEL", "XLA_IR_DEBUG",
                    "XLA_HLO_DEBUG", "XLA_SAVE_TENSORS_FILE", "XLA_SAVE_TENSORS_FMT", "XLA_METRICS_FILE",
                    "XLA_DUMP_FATAL_STACK", "XLA_FLAGS"}
+
+
+def pinned() -> dict[str, str]:
+    """constraints.txt, the one place versions are pinned."""
+    return dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
 
 
 def run(image, *command, timeout=120):
@@ -30,7 +37,10 @@ def test_no_command_prints_help_and_succeeds(image):
     assert shown.returncode == 0, shown.stdout
     version = re.search(r'^version = "(.+)"', (REPO / "toolkit" / "pyproject.toml").read_text(), re.M)[1]
     assert shown.stdout.startswith(f"opentc {version}: SageMaker Training Compiler")
-    for expected in ("PyTorch 2.7.0", "PyTorch/XLA 2.7.0", "-v /path/to/job:/opt/ml <image> train",
+    pins = pinned()
+    for expected in (f"PyTorch {pins['torch']}", f"PyTorch/XLA {pins['torch-xla']}",
+                     f"XLA:CUDA on GPUs through the PJRT plugin jax-cuda12-pjrt {pins['jax-cuda12-pjrt']}",
+                     f"ptxas {pins['nvidia-cuda-nvcc-cu12']}", "-v /path/to/job:/opt/ml <image> train",
                      "opentc-train /opt/opentc/sample-job", "/opt/opentc/README.md", "FROM <image>"):
         assert expected in shown.stdout
     assert run(image, "--help").stdout == shown.stdout
@@ -49,15 +59,18 @@ def test_environment_for_sagemaker_and_nothing_the_toolkit_sets(image):
     config = inspect(image)["Config"]
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["SAGEMAKER_TRAINING_MODULE"] == "opentc_toolkit.entry:main"
+    assert env["PIP_CONSTRAINT"] == "/opt/opentc/stack-constraints.txt"
     assert env["PYTHONUNBUFFERED"] == "1" and env["PYTHONDONTWRITEBYTECODE"] == "1"
-    assert env["PATH"].startswith("/opt/venv/bin:")
+    assert env["PATH"].startswith("/opt/opentc/bin:/opt/venv/bin:")
     assert not TOOLKIT_MANAGED & set(env), "the toolkit sets these per job"
     assert not {"PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE"} & set(env)
     assert config["Entrypoint"] == ["/usr/bin/tini", "--", "/opt/opentc/entrypoint.sh"]
     found = in_image(image, "import json, shutil; print(json.dumps([shutil.which(c) for c in "
-                            "('train', 'opentc-train', 'opentc-run', 'opentc-worker', 'python')]))")
-    assert found == ["/opt/venv/bin/train", "/opt/venv/bin/opentc-train", "/opt/venv/bin/opentc-run",
-                     "/opt/venv/bin/opentc-worker", "/opt/venv/bin/python"]
+                            "('train', 'opentc-train', 'opentc-run', 'opentc-worker', 'python')]"
+                            " + [__import__('os').path.realpath(shutil.which('train'))]))")
+    # `train` is the toolkit's own entry (it reads the job itself), ahead of sagemaker-training's
+    assert found == ["/opt/opentc/bin/train", "/opt/venv/bin/opentc-train", "/opt/venv/bin/opentc-run",
+                     "/opt/venv/bin/opentc-worker", "/opt/venv/bin/python", "/opt/venv/bin/opentc-train"]
 
 
 def test_labels_name_the_versions_inside_and_constraints_hold(image):
@@ -67,15 +80,18 @@ import importlib.metadata as m, json, platform, torch, torch_xla
 print(json.dumps({"dists": {d.metadata["Name"].lower().replace("_", "-"): d.version for d in m.distributions()},
                   "python": platform.python_version(), "torch_xla": torch_xla.__version__}))""")
     dists = found["dists"]
+    pins = pinned()
     assert labels["org.opencontainers.image.version"] == dists["opentc-toolkit"] == dists["opentc-launcher"]
-    assert dists["torch"].split("+")[0] == labels["org.opentc.torch"] == "2.7.0"
-    assert dists["torch-xla"] == labels["org.opentc.torch-xla"] == "2.7.0"
+    assert dists["torch"].split("+")[0] == labels["org.opentc.torch"] == pins["torch"]
+    assert dists["torch-xla"] == labels["org.opentc.torch-xla"] == pins["torch-xla"]
+    assert labels["org.opentc.xla-cuda"].startswith(f"PJRT plugin jax-cuda12-pjrt {pins['jax-cuda12-pjrt']} "
+                                                    f"(PJRT C API ")
+    assert labels["org.opentc.ptxas"] == pins["nvidia-cuda-nvcc-cu12"]
+    assert pins["nvidia-cuda-nvcc-cu12"].startswith(labels["org.opentc.cuda"] + ".")
     assert found["python"].startswith(labels["org.opentc.python"] + ".")
-    assert labels["org.opencontainers.image.source"]
-    assert {"org.opentc.cuda", "org.opentc.torch-xla.build", "org.opentc.os"} <= set(labels)
+    assert labels["org.opencontainers.image.source"] and labels["org.opentc.os"] == "debian12"
+    assert labels["org.opencontainers.image.base.name"]
     # Everything pinned in constraints.txt that the image has is at the pinned version; no test tool is in.
-    pins = dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
     wrong = {name: (pin, dists[name]) for name, pin in pins.items()
              if name in dists and dists[name].split("+")[0] != pin}
     assert not wrong, wrong
@@ -115,3 +131,32 @@ import torch, torch_xla
 x = torch.ones(2, 2, device=torch_xla.device())
 print(json.dumps({"sum": (x @ x).sum().item(), "device": str(x.device)}))""")
     assert found == {"sum": 8.0, "device": "xla:0"}
+
+
+def test_a_plain_python_program_gets_xla_cuda_up_to_cuda_initialisation(image):
+    """The image's real plugin path, without a GPU: registered for any torch-xla program, loaded with exact
+    PJRT C API version checking, its client options accepted; it stops only at CUDA's own cuInit. A pin of
+    the torch-xla / jax-cuda12-pjrt pair moved alone stops it earlier, with both versions named."""
+    found = docker("run", "--rm", "--network", "none", "-e", "PJRT_DEVICE=CUDA", image, "python", "-c", """
+import torch_xla
+from torch_xla.experimental import plugins
+plugin = plugins._plugin_registry.get("CUDA")
+print("PLUGIN", type(plugin).__module__ + "." + type(plugin).__name__)
+try:
+    torch_xla.device()
+except RuntimeError as e:
+    print("STOPPED", e)
+""")
+    out = found.stdout
+    assert "PLUGIN opentc_launcher.cuda_plugin.CudaPlugin" in out, out[-3000:]
+    assert "failed call to cuInit" in out, out[-3000:]
+    assert "STOPPED Bad StatusOr access: FAILED_PRECONDITION: No visible GPU devices." in out, out[-3000:]
+
+
+def test_a_gpu_job_without_a_gpu_is_refused_with_a_clear_failure(image, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(REPO / "sample" / "job", job)
+    found = docker("run", "--rm", "--network", "none", "-e", "PJRT_DEVICE=CUDA", "-v", f"{job}:/opt/ml", image,
+                   "train", timeout=300)
+    assert found.returncode == 2, found.stdout[-3000:]
+    assert (job / "output" / "failure").read_text().startswith("Training not started: no GPU visible: ")

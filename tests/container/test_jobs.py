@@ -47,3 +47,34 @@ def test_the_sample_job_in_the_image_runs_as_its_help_says(image, containers):
     result = run_job(image, containers(), command=("opentc-train", "/opt/opentc/sample-job"))
     assert result.returncode == 0, result.output[-5000:]
     assert COMPILER_LINES[0] in result.output and "Reporting training SUCCESS" in result.output
+
+
+def test_no_command_with_a_job_mounted_runs_train(image, make_job, containers):
+    """A launcher that starts the image without a command (the SageMaker SDK v3's ModelTrainer with the code
+    in a channel) gets the job run, not the help and an exit 0 with an empty model."""
+    job = make_job()
+    job.set_hyperparameters(max_steps=3, log_every=1)
+    result = run_job(image, containers(), job, command=())
+    assert result.returncode == 0, result.output[-5000:]
+    assert "no command given and a job is mounted at /opt/ml: running train" in result.output
+    assert job.succeeded and "model.safetensors" in files_under(job.model)
+
+
+def test_train_with_no_job_mounted_fails_and_says_why(image, containers):
+    result = run_job(image, containers(), command=("train",))
+    assert result.returncode == 2, result.output[-3000:]
+    assert "Reporting training FAILURE" in result.output
+    assert "job file missing: input/config/hyperparameters.json" in result.output
+
+
+def test_a_read_only_output_folder_still_fails_loudly(image, make_job, containers):
+    job = make_job()
+    job.use_script("crash.py")
+    job.drop_script_hyperparameters()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    (job.output / "data").mkdir(parents=True)
+    result = run_job(image, containers(), job, "-v", f"{job.output}:/opt/ml/output:ro")
+    assert result.returncode == 1, result.output[-3000:]
+    assert "could not write /opt/ml/output/failure" in result.output and "Read-only file system" in result.output
+    assert "ValueError: batch 7 has 3 columns, expected 4" in result.output
+    assert not (job.output / "failure").exists()
