@@ -81,7 +81,7 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
                                      f"({e}); model/ and output/ must be writable folders.") from None
         with tempfile.TemporaryDirectory(prefix="opentc-") as scratch:
             code = fetch_code(job)
-            install_requirements(code, supervisor, base_env, scratch)
+            install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
             plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), scratch)
             if settings.enabled:
                 os.makedirs(job.paths.compiler_output, exist_ok=True)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 from .errors import JobConfigError
+from .model_trainer import ModelTrainerSource, read_model_trainer_source
 
 HYPERPARAMETERS = "hyperparameters.json"
 RESOURCE_CONFIG = "resourceconfig.json"
@@ -76,6 +77,8 @@ class TrainingJob:
     current_host: str
     num_gpus: int
     script_env: Mapping[str, str]           # SM_* variables for the script
+    requirements_file: str = "requirements.txt"   # in the code folder, installed before the script runs
+    model_trainer: ModelTrainerSource | None = None   # the SageMaker SDK v3's SourceCode, when it sent one
 
     @property
     def host_index(self) -> int:
@@ -160,6 +163,7 @@ def read_job(paths: JobPaths) -> TrainingJob:
     channels = _read_object(paths, INPUT_DATA_CONFIG, "an object with one entry per input channel, "
                                                       "e.g. {\"train\": {\"TrainingInputMode\": \"File\"}}, "
                                                       "or {} for a job without channels")
+    model_trainer = read_model_trainer_source(paths.base)
     from sagemaker_training import environment
 
     try:
@@ -178,7 +182,29 @@ def read_job(paths: JobPaths) -> TrainingJob:
             num_gpus=env.num_gpus,
             script_env=_frozen(env.to_env_vars()),
         )
+        if model_trainer is not None:
+            description = with_model_trainer_source(description, model_trainer, submit_directory_given=(
+                "sagemaker_submit_directory" in raw))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise JobConfigError(f"the job files under {paths.input_config} could not be turned into a job: "
                              f"{type(e).__name__}: {e}") from None
     return description
+
+
+def with_model_trainer_source(job: TrainingJob, source: ModelTrainerSource,
+                              submit_directory_given: bool) -> TrainingJob:
+    """The job as the SDK v3's SourceCode describes it, where the hyperparameters do not say otherwise: the
+    entry script and the code channel, the requirements file, and the SM_* variables its drivers would set
+    that sagemaker-training does not."""
+    entry_point = job.entry_point or source.entry_script
+    extra = {
+        "SM_SOURCE_DIR": source.code_dir,
+        "SM_ENTRY_SCRIPT": entry_point or "",
+        "SM_HOST_COUNT": str(len(job.hosts)),
+        "SM_CURRENT_HOST_RANK": str(job.host_index),
+        "SM_MASTER_ADDR": job.hosts[0],
+    }
+    return replace(job, entry_point=entry_point,
+                   submit_directory=job.submit_directory if submit_directory_given else source.code_dir,
+                   requirements_file=source.requirements, model_trainer=source,
+                   script_env=_frozen({**extra, **job.script_env}))

@@ -21,6 +21,7 @@ from opentc_launcher.options import WorkerOptions
 from .compiler import CompilerSettings, compiler_environment
 from .errors import JobConfigError
 from .job import TrainingJob
+from .model_trainer import check_distribution
 from .outcome import FailureSource, LauncherFailureReport, WorkerErrorFile
 from .supervisor import Command
 
@@ -79,11 +80,15 @@ class LaunchPlan:
 
 
 def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings) -> tuple[World, tuple[str, ...]]:
-    """Workers per host and the rendezvous: one worker, or (multi-worker) one per GPU on every host, meeting
-    on hosts[0] (hosts[] is in the same order on every host). Returns the world and the peers to wait for."""
+    """Workers per host and the rendezvous: one worker, or (multi-worker) one per GPU on every host (or as many
+    as OPENTC_WORKERS_PER_HOST, else the SDK v3's Torchrun(process_count_per_node), says), meeting on hosts[0]
+    (hosts[] is in the same order on every host). Returns the world and the peers to wait for."""
+    if job.model_trainer is not None:
+        check_distribution(job.model_trainer, settings.multi_worker)
     if not settings.multi_worker:
         return World(), ()
-    workers = launch.workers_per_host or max(job.num_gpus, 1)
+    asked = job.model_trainer.workers_per_host if job.model_trainer else None
+    workers = launch.workers_per_host or asked or max(job.num_gpus, 1)
     if not job.is_multi_host:
         return World(workers_per_host=workers), ()
     world = World(nodes=len(job.hosts), node_rank=job.host_index, workers_per_host=workers,

@@ -71,10 +71,11 @@ def _pip_reason(stderr: str) -> str:
     return "\n".join(lines[first_error:]) if first_error is not None else last_lines(stderr)
 
 
-def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, str], scratch: str) -> None:
+def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, str], scratch: str,
+                         name: str = "requirements.txt") -> None:
     """requirements.txt beside the script is installed before the script runs, as SageMaker does, with pip
     under the supervisor (a stop reaches it) and under the pins of the packages that must move together."""
-    requirements = os.path.join(code, "requirements.txt")
+    requirements = os.path.join(code, name)
     if not os.path.isfile(requirements):
         return
     pins = stack_pins()
@@ -83,8 +84,8 @@ def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, st
     clashes = conflicts(lines, pins)
     if clashes:
         raise JobConfigError(
-            f"requirements.txt asks for {', '.join(clashes)}. torch, torch-xla, the XLA:CUDA plugin and the "
-            f"CUDA libraries are installed as one tested set and cannot be changed by requirements.txt: remove "
+            f"{name} asks for {', '.join(clashes)}. torch, torch-xla, the XLA:CUDA plugin and the "
+            f"CUDA libraries are installed as one tested set and cannot be changed by {name}: remove "
             f"the requirement or pin the pinned version (the set is in /opt/opentc/constraints.txt).")
     constraints = os.path.join(scratch, "stack-constraints.txt")
     with open(constraints, "w", encoding="utf-8") as f:
@@ -97,7 +98,7 @@ def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, st
     if result.stopped_by is not None:
         raise JobStopped(result, "pip", "while requirements.txt was being installed")
     if result.exit_code != exit_codes.OK:
-        raise RequirementsFailed(f"requirements.txt in {code} could not be installed (pip ended with "
+        raise RequirementsFailed(f"{name} in {code} could not be installed (pip ended with "
                                  f"exit code {result.exit_code}):\n{_pip_reason(result.stderr_tail)}")
 
 

@@ -1,0 +1,124 @@
+"""Jobs the SageMaker Python SDK v3 starts with `ModelTrainer(source_code=SourceCode(...))`.
+
+The SDK ships its own drivers to the container as the input channel `sm_drivers` (with `sourcecode.json` and
+`distributed.json`), the code as the channel `code`, and replaces the image's entrypoint with
+`/bin/bash -c "... sm_train.sh"`, which would run the entry script with the image's `python3`, with every
+hyperparameter (the `sagemaker_*` ones too) as arguments, bypassing `train`: the compiler silently off. The
+image's BASH_ENV hook (container/bash_env.sh) hands such a job to `train` instead; this module is what
+`train` reads of the SDK's layout: the entry script, the code folder, the requirements file and the
+distribution, translated exactly, or refused with the recipe that works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+from .compiler import MULTI_WORKER
+from .errors import JobConfigError
+
+# The entrypoint the SDK gives the container (sagemaker/train/constants.py, sagemaker-train 1.27).
+SDK_ENTRYPOINT = ("chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && "
+                  "/opt/ml/input/data/sm_drivers/sm_train.sh")
+RECIPE = ("SourceCode(source_dir=..., entry_script=\"train.py\") with the hyperparameters "
+          "sagemaker_training_compiler_enabled (and sagemaker_pytorch_xla_multi_worker_enabled for several "
+          "workers), or SourceCode(source_dir=..., command=\"exec train\") with the hyperparameters "
+          "sagemaker_program=\"train.py\" and sagemaker_submit_directory=\"/opt/ml/input/data/code\"")
+
+
+@dataclass(frozen=True)
+class ModelTrainerSource:
+    """What the SDK's sourcecode.json and distributed.json ask for, as `train` runs it."""
+
+    code_dir: str                        # the `code` channel
+    entry_script: str | None
+    command: str | None
+    requirements: str                    # a file in code_dir; requirements.txt when the SDK names none
+    torchrun: bool
+    workers_per_host: int | None         # Torchrun(process_count_per_node=...)
+
+
+def drivers_dir(base: str) -> str:
+    return os.path.join(base, "input", "data", "sm_drivers")
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise JobConfigError(f"the SageMaker SDK's {path} cannot be read ({type(e).__name__}: {e})") from None
+    if not isinstance(data, dict):
+        raise JobConfigError(f"the SageMaker SDK's {path} holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def read_model_trainer_source(base: str) -> ModelTrainerSource | None:
+    """The SDK v3's SourceCode and distribution, when the job under `base` came from ModelTrainer (else None)."""
+    folder = drivers_dir(base)
+    source_file = os.path.join(folder, "sourcecode.json")
+    if not os.path.isfile(source_file):
+        return None
+    source = _read(source_file)
+    distributed = _read(os.path.join(folder, "distributed.json"))
+    if "mpi_additional_options" in distributed:
+        raise JobConfigError(f"ModelTrainer(distributed=MPI(...)) is not supported by this image: its workers run "
+                             f"through torchrun. Use {RECIPE}.")
+    if distributed.get("smp"):
+        raise JobConfigError(f"ModelTrainer(distributed=Torchrun(smp=SMP(...))) asks for SageMaker model "
+                             f"parallelism, which this image does not have. Use {RECIPE}.")
+    entry_script = source.get("entry_script") or None
+    if entry_script and not str(entry_script).endswith(".py"):
+        raise JobConfigError(f"SourceCode(entry_script={entry_script!r}) is not accepted: this image runs Python "
+                             f"scripts. Use {RECIPE}.")
+    workers = distributed.get("process_count_per_node")
+    return ModelTrainerSource(
+        code_dir=os.path.join(base, "input", "data", "code"),
+        entry_script=entry_script,
+        command=source.get("command") or None,
+        requirements=source.get("requirements") or "requirements.txt",
+        torchrun="smp" in distributed,
+        workers_per_host=int(workers) if workers else None,
+    )
+
+
+def check_distribution(source: ModelTrainerSource, multi_worker: bool) -> None:
+    """Torchrun asks for several workers per host: this image starts them through its own launcher when the
+    job says so with the multi-worker hyperparameter (so that the compiler's settings reach every worker)."""
+    if source.torchrun and not multi_worker:
+        raise JobConfigError(
+            f"ModelTrainer(distributed=Torchrun(...)) asks for several workers, but the hyperparameter "
+            f"{MULTI_WORKER} is not true: set {MULTI_WORKER}=True in ModelTrainer(hyperparameters=...) and this "
+            f"image's launcher runs one worker per GPU (or process_count_per_node), with the compiler settings; "
+            f"or drop distributed= for one worker.")
+
+
+def takes_over(base: str, execution_string: str, pid: int) -> bool:
+    """Whether the image runs this container's job through `train` (the BASH_ENV hook asks, as PID 1): only
+    for exactly the SDK's entrypoint, and only when SourceCode names an entry_script and no command (a
+    command is the user's own, and runs as given)."""
+    if pid != 1 or execution_string != SDK_ENTRYPOINT:
+        return False
+    try:
+        source = _read(os.path.join(drivers_dir(base), "sourcecode.json"))
+    except JobConfigError:
+        return True   # train reads it again and reports what is wrong with it
+    return bool(source) and not source.get("command")
+
+
+def main() -> None:
+    """`python -m opentc_toolkit.model_trainer`, from the BASH_ENV hook: exit 0 to hand the job to `train`."""
+    base = os.environ.get("SAGEMAKER_BASE_DIR") or "/opt/ml"
+    if takes_over(base, os.environ.get("OPENTC_BASH_EXECUTION_STRING", ""), os.getppid()):
+        print("opentc: a SageMaker SDK v3 ModelTrainer job with SourceCode(entry_script=...): running it through "
+              "the image's train (the toolkit), so its compiler hyperparameters apply", file=sys.stderr, flush=True)
+        sys.exit(0)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
