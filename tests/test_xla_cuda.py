@@ -15,7 +15,15 @@ import textwrap
 import pytest
 
 from conftest import BIN, SCRIPTS, clean_env, run_train
-from opentc_launcher.xla_cuda import PJRT_C_API, PluginUnusable, check_cuda_plugin, plugin_api_version
+from opentc_launcher import xla_cuda
+from opentc_launcher.xla_cuda import (
+    PJRT_C_API,
+    PluginUnusable,
+    check_cuda_plugin,
+    check_driver,
+    driver_cuda_version,
+    plugin_api_version,
+)
 
 PY = str(BIN / "python")
 OUR_PLUGIN = "opentc_launcher.cuda_plugin.CudaPlugin"
@@ -38,12 +46,19 @@ def test_the_installed_plugin_speaks_the_api_this_torch_xla_expects():
 
 
 def test_a_pin_moved_alone_is_named_with_both_versions_and_the_pair_to_pin():
+    import importlib.metadata as metadata
+
+    # torch-xla moved to the other known release, the plugin left where it is
+    installed = ".".join(metadata.version("torch-xla").split(".")[:2])
+    other = next(release for release in PJRT_C_API if release != installed)
+    (major, minor), plugin = PJRT_C_API[other]
+    found = plugin_api_version(check_cuda_plugin())
     with pytest.raises(PluginUnusable) as err:
-        check_cuda_plugin(torch_xla_version="2.8.1")   # torch-xla bumped, plugin not
-    message = str(err.value)
-    assert message.startswith("XLA:CUDA's PJRT plugin does not match torch-xla: jax-cuda12-pjrt 0.5.3 speaks "
-                              "PJRT C API 0.67, torch-xla 2.8.1 expects 0.70.")
-    assert "torch-xla 2.8.x with jax-cuda12-pjrt==0.6.2" in message
+        check_cuda_plugin(torch_xla_version=f"{other}.1")
+    assert str(err.value).startswith(
+        f"XLA:CUDA's PJRT plugin does not match torch-xla: jax-cuda12-pjrt {metadata.version('jax-cuda12-pjrt')} "
+        f"speaks PJRT C API {found[0]}.{found[1]}, torch-xla {other}.1 expects {major}.{minor}.")
+    assert f"torch-xla {other}.x with jax-cuda12-pjrt=={plugin}" in str(err.value)
     with pytest.raises(PluginUnusable, match="torch-xla 2.9.0 has no known XLA:CUDA plugin"):
         check_cuda_plugin(torch_xla_version="2.9.0")
 
@@ -189,3 +204,24 @@ def test_the_gpu_gates_all_reduce_script_runs_on_one_xla_cpu_worker(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
     result = json.loads((tmp_path / "all-reduce-rank0.json").read_text())
     assert (result["rank"], result["world"], result["sum"], result["pjrt_device"]) == (0, 1, 1.0, "CPU")
+
+
+@pytest.mark.parametrize("version,refused", [((11, 8), True), ((12, 0), False), ((12, 6), False), (None, False)])
+def test_a_driver_too_old_for_cuda_12_is_named(version, refused):
+    # No NVIDIA driver here: the version the driver would report is given (driver_cuda_version reads it
+    # through libcuda's cuDriverGetVersion, and says None without a driver, as here).
+    if refused:
+        with pytest.raises(PluginUnusable, match=r"the host's NVIDIA driver supports CUDA 11\.8; .* 525\.60\.13"):
+            check_driver(version)
+    else:
+        check_driver(version)
+    assert driver_cuda_version() is None
+
+
+def test_the_status_line_names_the_pinned_stack():
+    import importlib.metadata as metadata
+
+    line = xla_cuda.status_line()
+    assert line.startswith("XLA:CUDA: upstream PyTorch/XLA deprecated XLA:CUDA in 2.8 and removed it in 2.9")
+    for name in ("torch", "torch-xla", "jax-cuda12-pjrt"):
+        assert f"{name} {metadata.version(name)}" in line

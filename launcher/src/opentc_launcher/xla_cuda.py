@@ -25,6 +25,10 @@ PJRT_C_API = {
     "2.7": ((0, 67), "0.5.3"),
     "2.8": ((0, 70), "0.6.2"),
 }
+# The oldest driver this stack runs on: CUDA's minor version compatibility lets a driver for any CUDA 12.x (Linux
+# >= 525.60.13) run torch's CUDA 12.6 libraries and the plugin; XLA compiles with its own ptxas, so no PTX
+# needs the driver's JIT. (A driver for 12.6 itself, >= 560.28.03, also lets XLA compile in parallel.)
+MIN_DRIVER_CUDA = (12, 0)
 # PJRT_Api (xla/pjrt/c/pjrt_c_api.h) starts {size_t struct_size; void* extension_start; PJRT_Api_Version
 # pjrt_api_version}, and PJRT_Api_Version is {size_t struct_size; void* extension_start; int major; int minor}.
 _VERSION_OFFSET = 2 * ctypes.sizeof(ctypes.c_size_t) + 2 * ctypes.sizeof(ctypes.c_void_p)
@@ -110,3 +114,34 @@ def check_cuda_plugin(torch_xla_version: str | None = None) -> str:
             f"torch-xla {release}.x with {PLUGIN_DISTRIBUTION}=={PJRT_C_API[release][1]} (torch and torch-xla "
             f"at the same version).")
     return path
+
+
+def driver_cuda_version() -> tuple[int, int] | None:
+    """The CUDA version the host's NVIDIA driver supports (cuDriverGetVersion needs no GPU context), or None
+    where no driver is mounted into this container."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    version = ctypes.c_int(0)
+    if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
+        return None
+    return version.value // 1000, (version.value % 1000) // 10
+
+
+def check_driver(version: tuple[int, int] | None) -> None:
+    """A driver too old for CUDA 12 stops the job with what to change, instead of failing inside XLA."""
+    if version is not None and version < MIN_DRIVER_CUDA:
+        raise PluginUnusable(
+            f"the host's NVIDIA driver supports CUDA {version[0]}.{version[1]}; this image's XLA:CUDA (torch's "
+            f"CUDA 12.6 libraries, NVIDIA's PJRT plugin) needs a driver for CUDA {MIN_DRIVER_CUDA[0]}.x or later "
+            f"(Linux driver 525.60.13 or later; 560.28.03 or later for CUDA 12.6 itself). Update the driver, or "
+            f"use an instance type whose driver is newer.")
+
+
+def status_line() -> str:
+    """What XLA:CUDA's upstream status means for a job that uses it, said once per job."""
+    versions = ", ".join(f"{name} {_installed(name)}" for name in ("torch", "torch-xla", PLUGIN_DISTRIBUTION))
+    return (f"XLA:CUDA: upstream PyTorch/XLA deprecated XLA:CUDA in 2.8 and removed it in 2.9, so this stack "
+            f"({versions}) is pinned and will not move further; fixes come from this image's project, not "
+            f"from upstream releases.")

@@ -36,9 +36,10 @@ class XlaSession:
         """Apply the launch's decision (options.xla_device) to this process and import torch_xla."""
         if options.xla_device == "CUDA":
             # Before torch-xla touches the plugin: a mismatch stops here, naming both versions.
-            from .xla_cuda import check_cuda_plugin
+            from .xla_cuda import check_cuda_plugin, check_driver, driver_cuda_version
 
             check_cuda_plugin()
+            check_driver(driver_cuda_version())
         # The worker's own process: torch_xla reads these at import, below.
         environ.update(xla_runtime_env(options, identity, environ))
         session = cls(options, identity)

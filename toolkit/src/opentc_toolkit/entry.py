@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Mapping
 from typing import NoReturn
 
-from opentc_launcher import exit_codes
+from opentc_launcher import exit_codes, xla_cuda
 
 from .compiler import DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
 from .errors import JobConfigError, JobStopped
@@ -45,6 +45,8 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
         if settings.debug:
             log.info("Training Compiler set to debug mode. This may impact performance. "
                      "Debug artifacts will be saved in %s", job.paths.compiler_output)
+        if plan.options.xla_device == "CUDA":
+            log.info("%s", xla_cuda.status_line())
         if "PJRT_DEVICE" in base_env:
             log.info("Found pre-existing configuration PJRT_DEVICE=%s: keeping it", base_env["PJRT_DEVICE"])
     else:

@@ -1,0 +1,46 @@
+"""What README.md says against what the code and constraints.txt say: the version table, the exit codes."""
+
+import re
+
+from conftest import REPO
+from opentc_launcher import exit_codes
+from opentc_launcher.xla_cuda import PJRT_C_API
+
+README = (REPO / "README.md").read_text()
+
+
+def pins() -> dict[str, str]:
+    return dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+
+
+def table(heading: str) -> dict[str, str]:
+    """The first two columns of the markdown table under `heading`."""
+    lines = README.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return {cells[0]: cells[1] for cells in (
+        [c.strip().strip("`") for c in row.strip("|").split("|")] for row in rows[2:])}
+
+
+def test_the_version_table_is_constraints_txt():
+    versions, pinned = table("## Versions"), pins()
+    for package in ("torch", "torch-xla", "jax-cuda12-pjrt", "nvidia-cuda-nvcc-cu12"):
+        assert versions[package] == pinned[package], package
+    assert pinned["nvidia-cuda-nvcc-cu12"].startswith(versions["CUDA"] + ".")
+    # the plugin pinned is the one that speaks the PJRT C API of the torch-xla pinned
+    release = ".".join(pinned["torch-xla"].split(".")[:2])
+    api, plugin = PJRT_C_API[release]
+    assert pinned["jax-cuda12-pjrt"] == plugin
+    assert f"PJRT C API {api[0]}.{api[1]}" in README
+
+
+def test_the_exit_code_table_is_exit_codes_py():
+    documented = table("## Exit codes")
+    assert documented.pop("128 + N").startswith("killed by, or stopped on, signal N")
+    named = {str(code): text for code, text in exit_codes.TABLE.items() if code != exit_codes.SIGNAL_BASE}
+    assert {code: re.sub(r"`", "", text) for code, text in documented.items()} == named
