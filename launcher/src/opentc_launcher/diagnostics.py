@@ -13,8 +13,11 @@ import json
 import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+
+from . import exit_codes
 
 log = logging.getLogger("opentc_launcher")
 
@@ -24,6 +27,7 @@ RECOMPILATION_WARNING = 3
 # A host read in at least this share of the steps means the script reads a value back every step.
 EVALUATIONS_PER_STEP = 0.5
 HOST_READ_OPS = ("aten::_local_scalar_dense",)   # .item(), printing a tensor, Python `if tensor:`
+NOTHING_OBSERVED = "no XLA execution observed in this process"
 
 SHAPES_FIX = ("keep shapes static: pad every sequence to one fixed length (padding='max_length'), cut text "
               "into fixed-size blocks, and drop the last uneven batch (drop_last=True / dataloader_drop_last)")
@@ -47,9 +51,42 @@ def _metric(name: str):
     return met.metric_data(name)
 
 
+def _host_reads() -> int:
+    return sum(_counter(op) for op in HOST_READ_OPS)
+
+
+class StepCounter:
+    """Counts optimizer steps (torch.optim's global post-step hook, so any script's optimizer counts, the
+    Trainer's and `xm.optimizer_step`'s included) and what happened on the device between two of them."""
+
+    def __init__(self):
+        self.steps = 0
+        self.steps_with_host_reads = 0
+        self.executions_per_step: Counter[int] = Counter()
+        self._last: tuple[int, int] | None = None
+        self._handle = None
+
+    def install(self) -> StepCounter:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._handle = register_optimizer_step_post_hook(self._after_step)
+        return self
+
+    def _after_step(self, _optimizer, _args, _kwargs) -> None:
+        now = (_counter("ExecuteComputation"), _host_reads())
+        # From the second step on: the first one also carries the set-up before it.
+        if self._last is not None:
+            self.executions_per_step[now[0] - self._last[0]] += 1
+            if now[1] > self._last[1]:
+                self.steps_with_host_reads += 1
+        self._last = now
+        self.steps += 1
+
+
 @dataclass
 class CompileTimeline:
-    """Compilations seen by the monitor, relative to the training steps (syncs)."""
+    """Compilations seen by the monitor, relative to the training steps (optimizer steps where the script
+    has an optimizer, else syncs)."""
 
     warmup_steps: int
     steps_seen: int = 0
@@ -77,9 +114,11 @@ class CompileMonitor(threading.Thread):
     """Polls torch-xla's counters while the script runs."""
 
     def __init__(self, rank: int, warmup_steps: int, max_compilations: int,
-                 on_limit: Callable[[int], None], interval: float = 0.25):
+                 on_limit: Callable[[int], None], step_counter: StepCounter | None = None,
+                 interval: float = 0.25):
         super().__init__(daemon=True, name="opentc-compile-monitor")
         self.rank = rank
+        self.step_counter = step_counter
         self.timeline = CompileTimeline(warmup_steps)
         self.max_compilations = max_compilations
         self.on_limit = on_limit
@@ -95,7 +134,8 @@ class CompileMonitor(threading.Thread):
     def sample(self) -> None:
         with self._lock:
             compiles = _counter("UncachedCompile")
-            self.timeline.observe(_counter("MarkStep"), compiles)
+            steps = self.step_counter.steps if self.step_counter is not None else 0
+            self.timeline.observe(steps or _counter("MarkStep"), compiles)
             if self.timeline.late_points >= self._next_warning:
                 log.warning(
                     "rank %d: new graphs keep being compiled after warm-up (%d at %d different steps, the last "
@@ -122,11 +162,15 @@ class Finding:
 
 @dataclass
 class CompileReport:
+    process: str                    # rank<N>, or rank<N>-spawned<K> for a process the script started
     rank: int
     world_size: int
     device: str
     exit_code: int | None
-    steps: int
+    optimizer_steps: int            # optimizer.step() calls
+    syncs: int                      # torch_xla.sync() / xm.mark_step(), the script's or a library's
+    steps_with_host_reads: int      # optimizer steps during which a tensor was read back to the host
+    executions_per_step: dict[str, int]   # graphs run between two optimizer steps -> how many steps
     graphs_compiled: int
     compile_seconds_total: float
     compile_seconds_per_graph: list[float]
@@ -145,9 +189,20 @@ class CompileReport:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
+    @property
+    def observed_nothing(self) -> bool:
+        return self.executions == 0 and self.graphs_compiled == 0
+
     def summary_lines(self) -> list[str]:
-        head = (f"rank {self.rank}: compile report: {self.graphs_compiled} graph(s) compiled in "
-                f"{self.compile_seconds_total:.1f} s over {self.steps} step(s)")
+        who = self.process
+        if self.observed_nothing and not self.findings:
+            return [f"{who}: compile report: {NOTHING_OBSERVED} (a process the script started may have "
+                    f"trained instead; it has its own report)."]
+        over = (f"{_plural(self.optimizer_steps, 'optimizer step', 'optimizer steps')} "
+                f"({_plural(self.executions, 'execution', 'executions')})" if self.optimizer_steps
+                else _plural(self.executions, "execution", "executions"))
+        head = (f"{who}: compile report: {self.graphs_compiled} graph(s) compiled in "
+                f"{self.compile_seconds_total:.1f} s over {over}")
         cache = self.persistent_cache
         if cache.get("dir"):
             head += f", {cache.get('hits', 0)} loaded from the persistent cache"
@@ -160,8 +215,8 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations: int, steps: int,
-              cache: dict) -> list[Finding]:
+def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations: int, syncs: int,
+              steps: StepCounter | None, cache: dict) -> list[Finding]:
     found = []
     if timeline.keeps_recompiling:
         where = ", ".join(str(s) for s in timeline.steps_with_new_graphs[:8])
@@ -169,9 +224,16 @@ def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations:
             f"{timeline.after_warmup} graph(s) were compiled after warm-up (step {timeline.warmup_steps}), "
             f"at {timeline.late_points} different steps ({where}, ...): input shapes are changing between "
             f"steps.", SHAPES_FIX))
-    if steps and evaluations >= max(2, EVALUATIONS_PER_STEP * steps):
+    if steps is not None and steps.steps > 1:
+        # Between optimizer steps: a read at every logging step is fine, one at (nearly) every step is not.
+        measured = steps.steps - 1
+        if steps.steps_with_host_reads >= max(2, EVALUATIONS_PER_STEP * measured):
+            found.append(Finding(
+                f"a tensor was read back to the host (explicit evaluation) in {steps.steps_with_host_reads} of "
+                f"{measured} optimizer steps ({evaluations} in all).", EVALUATION_FIX))
+    elif syncs and evaluations >= max(2, EVALUATIONS_PER_STEP * syncs):
         found.append(Finding(
-            f"{evaluations} explicit evaluation(s) (a tensor read back to the host) in {steps} step(s).",
+            f"{evaluations} explicit evaluation(s) (a tensor read back to the host) in {syncs} sync(s).",
             EVALUATION_FIX))
     if fallbacks:
         ops = ", ".join(f"{op} x{count}" for op, count in sorted(fallbacks.items(), key=lambda kv: -kv[1]))
@@ -184,8 +246,8 @@ def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations:
     return found
 
 
-def build_report(rank: int, world_size: int, device: str, exit_code: int | None,
-                 timeline: CompileTimeline, cache: dict) -> CompileReport:
+def build_report(process: str, rank: int, world_size: int, device: str, exit_code: int | None,
+                 timeline: CompileTimeline, cache: dict, steps: StepCounter | None = None) -> CompileReport:
     import torch_xla.debug.metrics as met
 
     compile_time = _metric("CompileTime")
@@ -196,9 +258,16 @@ def build_report(rank: int, world_size: int, device: str, exit_code: int | None,
     transfers = _metric("TransferFromDeviceTime")
     cache = {**cache, "hits": _counter("PersistentCacheHit"), "misses": _counter("PersistentCacheMiss"),
              "load_failures": _counter("PersistentCacheDeserializeFailure")}
-    steps = _counter("MarkStep")
+    syncs = _counter("MarkStep")
+    findings = _findings(timeline, aten, evaluations, syncs, steps, cache)
+    if exit_code == exit_codes.COMPILATION_LIMIT and not timeline.keeps_recompiling:
+        findings.insert(0, Finding(f"the compilation limit stopped this process after {timeline.compiles_seen} "
+                                   f"graph(s), before the monitor could tell where they came from.", SHAPES_FIX))
     return CompileReport(
-        rank=rank, world_size=world_size, device=device, exit_code=exit_code, steps=steps,
+        process=process, rank=rank, world_size=world_size, device=device, exit_code=exit_code,
+        optimizer_steps=steps.steps if steps else 0, syncs=syncs,
+        steps_with_host_reads=steps.steps_with_host_reads if steps else 0,
+        executions_per_step={str(k): v for k, v in sorted(steps.executions_per_step.items())} if steps else {},
         graphs_compiled=_counter("UncachedCompile"),
         compile_seconds_total=total, compile_seconds_per_graph=per_graph,
         graphs_after_warmup=timeline.after_warmup, steps_with_late_graphs=timeline.late_points,
@@ -210,15 +279,15 @@ def build_report(rank: int, world_size: int, device: str, exit_code: int | None,
         cpu_fallback_ops=aten,
         device_to_host_transfers=int(transfers[0]) if transfers else 0,
         explicit_evaluations=evaluations,
-        findings=_findings(timeline, aten, evaluations, steps, cache),
+        findings=findings,
     )
 
 
 def write_compile_report(report: CompileReport, folder: str) -> str | None:
-    """Write compile-report-rank<N>.json into folder; a failure to write is logged, never raised."""
+    """Write compile-report-<process>.json into folder; a failure to write is logged, never raised."""
     if not folder:
         return None
-    path = os.path.join(folder, f"compile-report-rank{report.rank}.json")
+    path = os.path.join(folder, f"compile-report-{report.process}.json")
     try:
         os.makedirs(folder, exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
@@ -227,6 +296,6 @@ def write_compile_report(report: CompileReport, folder: str) -> str | None:
         os.replace(tmp, path)
         return path
     except OSError as e:
-        log.warning("rank %d: could not write the compile report to %s: %s", report.rank, path, e)
+        log.warning("%s: could not write the compile report to %s: %s", report.process, path, e)
         return None
 

@@ -23,6 +23,7 @@ from .errors import record_error, summarize_exception
 from .options import WorkerOptions, add_worker_arguments
 from .runtime import WorkerIdentity
 from .script import run_module, run_script
+from .spawned import SpawnedWorkerStopped
 
 log = logging.getLogger("opentc_launcher")
 
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging() -> None:
-    if not logging.getLogger().handlers and not log.handlers:
+    if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("[opentc-launcher] %(levelname)s %(message)s"))
         log.addHandler(handler)
@@ -87,6 +88,8 @@ def exit_code_of(exc: BaseException) -> int:
         return exit_codes.FAILED  # a message: Python prints it and exits 1
     if isinstance(exc, Terminated):
         return exit_codes.of_signal(exc.signum)
+    if isinstance(exc, SpawnedWorkerStopped):
+        return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return exit_codes.of_signal(signal.SIGINT)
     return exit_codes.FAILED
@@ -123,6 +126,8 @@ def record_failure(exc: BaseException, exit_code: int) -> None:
         summary, tb = f"the script called sys.exit({exc.code!r})", ""
     elif isinstance(exc, Terminated):
         summary, tb = f"the script was {exc}", ""
+    elif isinstance(exc, SpawnedWorkerStopped):
+        summary, tb = exc.summary, ""
     else:
         tb = format_failure(exc)
         sys.stderr.write(tb)

@@ -9,7 +9,14 @@ from collections.abc import MutableMapping
 
 from . import exit_codes
 from .cache import open_cache
-from .diagnostics import SHAPES_FIX, CompileMonitor, CompileTimeline, build_report, write_compile_report
+from .diagnostics import (
+    SHAPES_FIX,
+    CompileMonitor,
+    CompileTimeline,
+    StepCounter,
+    build_report,
+    write_compile_report,
+)
 from .errors import record_error
 from .options import WorkerOptions
 from .runtime import WorkerIdentity, xla_runtime_env
@@ -20,11 +27,13 @@ log = logging.getLogger("opentc_launcher")
 class XlaSession:
     """The XLA runtime of one worker: configured, imported and (with several workers) grouped."""
 
-    def __init__(self, options: WorkerOptions, identity: WorkerIdentity):
+    def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
         self.options = options
         self.identity = identity
+        self.process = process   # rank<N>, or rank<N>-spawned<K>: names its report and cache folder
         self.cache: dict = {"dir": "", "mode": "off"}
         self.monitor: CompileMonitor | None = None
+        self.steps: StepCounter | None = None
 
     @property
     def device(self) -> str:
@@ -42,29 +51,47 @@ class XlaSession:
             check_driver(driver_cuda_version())
         # The worker's own process: torch_xla reads these at import, below.
         environ.update(xla_runtime_env(options, identity, environ))
-        session = cls(options, identity)
+        session = cls(options, identity, f"rank{identity.rank}")
         import torch_xla  # noqa: F401  (after the environment is final)
 
-        if options.compile_cache_dir:  # before any computation
-            session.cache = open_cache(options.compile_cache_dir, options.xla_device, identity)
+        session._watch()
         if identity.world_size > 1 and options.xla_device != "CPU":
             init_xla_process_group()
-        if options.compile_report_dir or options.max_compilations:
-            session.monitor = CompileMonitor(identity.rank, options.warmup_steps, options.max_compilations,
-                                             on_limit=session._compilation_limit_reached)
-            session.monitor.start()
+        if options.compile_report_dir or options.compile_cache_dir or options.max_compilations:
+            from .spawned import follow_spawned_processes
+
+            follow_spawned_processes(options, identity)
         log.info("rank %d/%d: PyTorch/XLA ready on PJRT_DEVICE=%s", identity.rank, identity.world_size,
                  options.xla_device)
         return session
 
+    @classmethod
+    def attach(cls, options: WorkerOptions, identity: WorkerIdentity, process: str) -> XlaSession:
+        """The diagnostics of a process the script started (torch_xla.launch, xmp.spawn), inside it: torch-xla
+        is imported and configured there already."""
+        session = cls(options, identity, process)
+        session._watch()
+        return session
+
+    def _watch(self) -> None:
+        """The persistent cache, the step counter and the compile monitor, before the first computation."""
+        options = self.options
+        if options.compile_cache_dir:
+            self.cache = open_cache(options.compile_cache_dir, options.xla_device, self.process)
+        if options.compile_report_dir or options.max_compilations:
+            self.steps = StepCounter().install()
+            self.monitor = CompileMonitor(self.identity.rank, options.warmup_steps, options.max_compilations,
+                                          on_limit=self._compilation_limit_reached, step_counter=self.steps)
+            self.monitor.start()
+
     def _report(self, exit_code: int, timeline: CompileTimeline) -> None:
-        report = build_report(self.identity.rank, self.identity.world_size, self.device, exit_code,
-                              timeline, self.cache)
+        report = build_report(self.process, self.identity.rank, self.identity.world_size, self.device, exit_code,
+                              timeline, self.cache, self.steps)
         path = write_compile_report(report, self.options.compile_report_dir)
         for line in report.summary_lines():
             (log.warning if report.findings else log.info)("%s", line)
         if path:
-            log.info("rank %d: compile report written to %s", self.identity.rank, path)
+            log.info("%s: compile report written to %s", self.process, path)
 
     def _compilation_limit_reached(self, compiles: int) -> None:
         """From the monitor thread: stop this worker now, with a report and a clear reason."""
@@ -72,7 +99,7 @@ class XlaSession:
                    f"{self.options.max_compilations} allowed (hyperparameter "
                    f"sagemaker_training_compiler_max_compilations, or --max-compilations). Shapes are "
                    f"probably changing between steps; to fix: {SHAPES_FIX}.")
-        log.error("rank %d: %s", self.identity.rank, message)
+        log.error("%s: %s", self.process, message)
         assert self.monitor is not None
         self._report(exit_codes.COMPILATION_LIMIT, self.monitor.timeline)
         record_error(message, "", exit_codes.COMPILATION_LIMIT)

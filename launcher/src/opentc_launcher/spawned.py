@@ -1,0 +1,122 @@
+"""Diagnostics in the processes a script starts itself with `torch_xla.launch` or `xmp.spawn`.
+
+Those run the training in new processes (multiprocessing's spawn) while the worker that started them
+compiles nothing. torch-xla starts them all through `torch_xla._internal.pjrt.run_multiprocess(fn, ...)`;
+the worker wraps `fn` there so that each new process, before the script's function runs, opens its own
+persistent cache folder, counts its own steps, honours the compilation limit, and writes its own compile
+report (`compile-report-rank<N>-spawned<K>.json`, K = the process's ordinal in torch-xla's world).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from . import exit_codes
+from .options import WorkerOptions
+from .runtime import WorkerIdentity
+
+log = logging.getLogger("opentc_launcher")
+
+_attached = threading.Lock()   # one session per process, even where torch-xla runs a thread per device
+
+
+class SpawnedWorkerStopped(BaseException):
+    """A process the script started stopped itself (the compilation limit): the worker ends with its exit code
+    and its reason instead of multiprocessing's "a process terminated abruptly"."""
+
+    def __init__(self, exit_code: int, summary: str):
+        super().__init__(summary)
+        self.exit_code = exit_code
+        self.summary = summary
+
+
+@dataclass(frozen=True)
+class InSpawnedProcess:
+    """The script's function, as torch-xla pickles it into each new process, with the worker's diagnostics."""
+
+    fn: Callable[..., Any]
+    options: WorkerOptions
+    parent: str        # the starting worker's process name, rank<N>
+    error_dir: str     # where a process that stops itself leaves its reason for the starting worker
+
+    def __call__(self, *args, **kwargs):
+        if not _attached.acquire(blocking=False):    # another device thread of this process has the session
+            return self.fn(*args, **kwargs)
+        import torch_xla.runtime as xr
+
+        from .worker import configure_logging, exit_code_of
+        from .xla_session import XlaSession
+
+        configure_logging()
+        process = f"{self.parent}-spawned{xr.global_ordinal()}"
+        identity = WorkerIdentity(rank=xr.global_ordinal(), local_rank=xr.local_ordinal(),
+                                  world_size=xr.world_size(), local_world_size=xr.local_process_count())
+        # This process's own error record (the compilation limit writes one), read back by the starting worker.
+        os.environ["TORCHELASTIC_ERROR_FILE"] = os.path.join(self.error_dir, f"{process}.json")
+        session = XlaSession.attach(self.options, identity, process)
+        log.info("%s: started by the script (torch_xla.launch / xmp.spawn) on PJRT_DEVICE=%s", process,
+                 self.options.xla_device)
+        exit_code = exit_codes.FAILED
+        try:
+            result = self.fn(*args, **kwargs)
+            exit_code = exit_codes.OK
+            return result
+        except BaseException as exc:
+            exit_code = exit_code_of(exc)
+            raise
+        finally:
+            session.finish(exit_code)
+
+
+def _stopped_child(error_dir: str) -> SpawnedWorkerStopped | None:
+    for name in sorted(os.listdir(error_dir)):
+        try:
+            with open(os.path.join(error_dir, name), encoding="utf-8") as f:
+                message = json.load(f)["message"]
+            return SpawnedWorkerStopped(int(message["extraInfo"]["exitcode"]), str(message["message"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity) -> bool:
+    """Wrap torch-xla's process launcher so the processes it starts get this worker's diagnostics."""
+    from torch_xla._internal import pjrt
+
+    original = pjrt.run_multiprocess
+    if getattr(original, "__opentc_patch__", False):
+        return True
+    params = inspect.signature(original).parameters
+    if list(params)[:2] != ["fn", "args"] or "start_method" not in params:
+        log.warning("torch-xla's run_multiprocess is not the one this launcher knows: processes started by "
+                    "torch_xla.launch / xmp.spawn get no compile report, cache or compilation limit")
+        return False
+    parent = f"rank{identity.rank}"
+
+    def run_multiprocess(fn, *args, start_method="spawn", **kwargs):
+        error_dir = tempfile.mkdtemp(prefix="opentc-spawned-")
+        try:
+            return original(InSpawnedProcess(fn, options, parent, error_dir), *args,
+                            start_method=start_method, **kwargs)
+        except BrokenProcessPool as e:
+            stopped = _stopped_child(error_dir)
+            if stopped is not None:
+                raise stopped from e
+            raise
+        finally:
+            shutil.rmtree(error_dir, ignore_errors=True)
+
+    run_multiprocess.__opentc_patch__ = True  # type: ignore[attr-defined]
+    run_multiprocess.__wrapped__ = original   # type: ignore[attr-defined]
+    pjrt.run_multiprocess = run_multiprocess
+    return True
