@@ -25,3 +25,12 @@ def test_committed_results_render_as_the_results_file_shows():
     table = compiler_benchmark.render(results)
     assert table == results["table"]
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_committed_trainer_results_render_as_the_results_file_shows():
+    import trainer_benchmark
+
+    results = json.loads((REPO / "benchmarks" / "results" / "trainer.json").read_text())
+    table = trainer_benchmark.render(results)
+    assert table == results["table"]
+    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()

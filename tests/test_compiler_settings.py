@@ -9,6 +9,7 @@ from opentc_toolkit.compiler import (
     CPU_MULTI_WORKER,
     DEBUG,
     ENABLED,
+    LIBRARY_PATCHES,
     MAX_COMPILATIONS,
     CompilerSettings,
     compiler_environment,
@@ -33,13 +34,18 @@ def test_accepted_values(raw, expected):
 
 @pytest.mark.parametrize("key,raw,shown", [
     (ENABLED, "yes", "'yes'"), (ENABLED, "1", "1"), (DEBUG, "maybe", "'maybe'"), (MULTI, "0", "0"),
-    (ENABLED, "", "''"), (MULTI, "[true]", "[True]"),
+    (ENABLED, "", "''"), (MULTI, "[true]", "[True]"), (LIBRARY_PATCHES, "off", "'off'"),
 ])
 def test_rejected_values_name_key_value_and_accepted(key, raw, shown):
     with pytest.raises(JobConfigError) as err:
         CompilerSettings.from_hyperparameters(decoded({key: raw}))
     assert str(err.value).startswith(f"hyperparameter {key} has the value {shown}, which is not accepted: "
                                      f"use \"true\" or \"false\"")
+
+
+def test_library_patches_are_on_unless_turned_off():
+    assert CompilerSettings.from_hyperparameters({}).library_patches is True
+    assert CompilerSettings.from_hyperparameters(decoded({LIBRARY_PATCHES: "false"})).library_patches is False
 
 
 def test_unknown_compiler_key_is_a_typo_not_silence():

@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 
 from datasets import Dataset
@@ -20,6 +21,7 @@ from transformers import (
     HfArgumentParser,
     PreTrainedTokenizerFast,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     default_data_collator,
 )
@@ -30,6 +32,19 @@ class DataArguments:
     block_size: int = 64
     vocab_size: int = 400
     train_dir: str = field(default_factory=lambda: os.environ.get("SM_CHANNEL_TRAIN", "data"))
+    step_times_file: str = ""   # for benchmarks/trainer_benchmark.py: when each optimizer step ended
+
+
+class StepTimes(TrainerCallback):
+    def __init__(self, path):
+        self.path, self.times = path, []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.perf_counter())
+
+    def on_train_end(self, args, state, control, **kwargs):
+        with open(self.path, "w") as f:
+            json.dump(self.times, f)
 
 
 def main():
@@ -59,7 +74,8 @@ def main():
                         eos_token_id=tokenizer.eos_token_id)
     model = GPT2LMHeadModel(config)
     trainer = Trainer(model=model, args=training_args, train_dataset=lm_dataset,
-                      data_collator=default_data_collator)
+                      data_collator=default_data_collator,
+                      callbacks=[StepTimes(data_args.step_times_file)] if data_args.step_times_file else None)
     result = trainer.train()
     trainer.save_model()
     tokenizer.save_pretrained(training_args.output_dir)

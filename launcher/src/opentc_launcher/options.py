@@ -14,6 +14,15 @@ XLA_DEVICES = ("auto", "CUDA", "CPU", "TPU")
 CPU_MULTI_WORKER_POLICIES = ("refuse", "unsynchronized")
 
 
+def _on_off(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "on", "1"):
+        return True
+    if value in ("false", "off", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text}")
+
+
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -38,6 +47,8 @@ class WorkerOptions:
     max_compilations: int = 0
     # Steps (syncs) after which a new graph counts as a recompilation worth a warning.
     warmup_steps: int = 5
+    # Version-guarded fixes for library code that mishandles XLA tensors (library_patches.py).
+    library_patches: bool = True
 
     def to_argv(self) -> list[str]:
         """The worker command-line options that reproduce these options."""
@@ -70,3 +81,6 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
                        help="stop with an error once a worker has compiled more than N graphs (0: no limit)")
     group.add_argument("--warmup-steps", type=_non_negative_int, default=d.warmup_steps, metavar="N",
                        help="graphs compiled after N steps are reported as recompilations")
+    group.add_argument("--library-patches", type=_on_off, default=d.library_patches, metavar="true|false",
+                       help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads "
+                            "every step, saving, tied weights: library_patches.py); false: run them as installed")

@@ -63,6 +63,10 @@ class InSpawnedProcess:
                                   world_size=xr.world_size(), local_world_size=xr.local_process_count())
         # This process's own error record (the compilation limit writes one), read back by the starting worker.
         os.environ["TORCHELASTIC_ERROR_FILE"] = os.path.join(self.error_dir, f"{process}.json")
+        if self.options.library_patches:
+            from .library_patches import install
+
+            install()
         session = XlaSession.attach(self.options, identity, process)
         log.info("%s: started by the script (torch_xla.launch / xmp.spawn) on PJRT_DEVICE=%s", process,
                  self.options.xla_device)

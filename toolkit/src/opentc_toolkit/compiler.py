@@ -19,9 +19,10 @@ CPU_MULTI_WORKER = "sagemaker_training_compiler_cpu_multi_worker"
 CACHE = "sagemaker_training_compiler_cache"
 CACHE_DIR = "sagemaker_training_compiler_cache_dir"
 MAX_COMPILATIONS = "sagemaker_training_compiler_max_compilations"
+LIBRARY_PATCHES = "sagemaker_training_compiler_library_patches"
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
-COMPILER_KEYS = (ENABLED, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS)
+COMPILER_KEYS = (ENABLED, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS, LIBRARY_PATCHES)
 COMPILER_PREFIX = "sagemaker_training_compiler_"
 
 
@@ -73,6 +74,7 @@ class CompilerSettings:
     cache: bool = True
     cache_dir: str = ""          # empty: the default under the checkpoints folder
     max_compilations: int = 0    # 0: no limit
+    library_patches: bool = True  # opentc_launcher.library_patches on XLA runs
 
     @classmethod
     def from_hyperparameters(cls, params: Mapping[str, Any]) -> CompilerSettings:
@@ -88,6 +90,7 @@ class CompilerSettings:
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),
             max_compilations=_whole_number(params, MAX_COMPILATIONS, 0),
+            library_patches=_boolean(params, LIBRARY_PATCHES, True),
         )
 
 

@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from opentc_launcher import exit_codes, xla_cuda
 
-from .compiler import DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
+from .compiler import DEBUG, ENABLED, LIBRARY_PATCHES, MULTI_WORKER, CompilerSettings
 from .errors import JobConfigError, JobStopped
 from .job import JobPaths, TrainingJob, read_job
 from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stopped
@@ -47,6 +47,9 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
                      "Debug artifacts will be saved in %s", job.paths.compiler_output)
         if plan.options.xla_device == "CUDA":
             log.info("%s", xla_cuda.status_line())
+        if not settings.library_patches:
+            log.info("library patches off (%s=false): transformers and accelerate run as installed",
+                     LIBRARY_PATCHES)
         if "PJRT_DEVICE" in base_env:
             log.info("Found pre-existing configuration PJRT_DEVICE=%s: keeping it", base_env["PJRT_DEVICE"])
     else:

@@ -109,6 +109,7 @@ def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, e
         compile_report_dir=job.paths.compiler_output,
         compile_cache_dir=cache_dir,
         max_compilations=settings.max_compilations,
+        library_patches=settings.library_patches,
     )
     try:
         return decide(requested, world.size, env, job.num_gpus)

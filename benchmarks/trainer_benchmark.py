@@ -1,0 +1,134 @@
+"""A Hugging Face Trainer causal-LM job (tests/scripts/run_clm_tiny.py: run_clm's structure, a tiny GPT-2,
+fixed-size blocks) on eager PyTorch and on XLA without and with the toolkit's library patches.
+
+    .venv/bin/python benchmarks/trainer_benchmark.py [--steps N] [--json FILE]
+
+Each run is a fresh `opentc-worker` process (the bootstrap `train` starts) with a compile report. Prints a
+markdown table (graphs, executions and host reads per optimizer step, compile seconds, median step time) and
+writes JSON. Host reads and executions are counted between optimizer steps, by the compile report.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+BIN = Path(sys.executable).parent
+SCRIPT = REPO / "tests" / "scripts" / "run_clm_tiny.py"
+WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "wizards",
+         "quietly", "hex", "jolly", "boxing", "frogs", "and", "every", "bright", "morning", "brings", "story")
+
+RUNS = (  # name, worker options, USE_TORCH_XLA
+    ("eager (compiler off)", ["--runtime", "torch"], "0"),
+    ("XLA, library patches off", ["--runtime", "xla", "--library-patches", "false"], "1"),
+    ("XLA, library patches on (default)", ["--runtime", "xla", "--library-patches", "true"], "1"),
+)
+
+
+def write_corpus(folder: Path) -> None:
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(1500)]
+    (folder / "corpus.txt").write_text("\n".join(lines) + "\n")
+
+
+def run(work: Path, name: str, options: list[str], use_xla: str, steps: int, logging_steps: int) -> dict:
+    out = work / name.split()[0].replace(",", "") / ("on" if "on" in name.split(",")[-1] else "off")
+    out.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_"))}
+    # The tokenizer's thread pool, once used, keeps two cores busy enough to slow eager steps 60-fold here.
+    env.update(PJRT_DEVICE="CPU", USE_TORCH_XLA=use_xla, TOKENIZERS_PARALLELISM="false")
+    argv = [str(BIN / "opentc-worker"), "--xla-device", "CPU", "--compile-report-dir", str(out), *options,
+            str(SCRIPT), "--train_dir", str(work), "--output_dir", str(out / "model"), "--max_steps", str(steps),
+            "--per_device_train_batch_size", "8", "--logging_steps", str(logging_steps), "--save_strategy", "no",
+            "--report_to", "none", "--optim", "adamw_torch", "--dataloader_drop_last", "true",
+            "--block_size", "64", "--seed", "0", "--step_times_file", str(out / "times.json")]
+    started = time.time()
+    proc = subprocess.run(argv, env=env, cwd=str(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{proc.stdout[-3000:]}")
+    times = json.loads((out / "times.json").read_text())
+    steady = [b - a for a, b in zip(times[5:], times[6:], strict=False)]   # after warm-up
+    row = {"run": name, "steps": steps, "logging_steps": logging_steps, "seconds": round(time.time() - started, 1),
+           "median_step_s": statistics.median(steady)}
+    report_path = out / "compile-report-rank0.json"
+    if report_path.exists():
+        report = json.loads(report_path.read_text())
+        measured = max(report["optimizer_steps"] - 1, 1)
+        executions = sum(int(k) * v for k, v in report["executions_per_step"].items())
+        row.update(graphs_compiled=report["graphs_compiled"], compile_s=report["compile_seconds_total"],
+                   executions=report["executions"], executions_per_step=executions / measured,
+                   host_reads=report["explicit_evaluations"],
+                   steps_with_host_reads=report["steps_with_host_reads"], measured_steps=measured)
+    return row
+
+
+def table(headers, rows) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render(results: dict) -> str:
+    eager = results["runs"][0]["median_step_s"]
+    rows = []
+    for r in results["runs"]:
+        xla = "graphs_compiled" in r
+        rows.append([r["run"], r.get("graphs_compiled", "-"),
+                     f"{r['executions_per_step']:.2f}" if xla else "-",
+                     f"{r['steps_with_host_reads']} of {r['measured_steps']}" if xla else "-",
+                     r.get("host_reads", "-"), f"{r['compile_s']:.1f}" if xla else "-",
+                     f"{r['median_step_s'] * 1000:.1f}", f"{eager / r['median_step_s']:.2f}x"])
+    first = results["runs"][0]
+    return "\n".join([
+        f"Machine: {results['machine']}. Device: CPU (eager CPU against XLA:CPU). {first['steps']} optimizer "
+        f"steps, a log every {first['logging_steps']}, batch 8 x 64 tokens.", "",
+        table(["run", "graphs compiled", "executions per optimizer step", "steps with a host read",
+               "host reads in all", "compile (s)", "median step (ms)", "vs eager"], rows)])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--logging_steps", type=int, default=10)
+    p.add_argument("--json", default=str(HERE / "results" / "trainer.json"))
+    args = p.parse_args()
+    import torch
+    import torch_xla
+    import transformers
+
+    results = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+                   f"torch {torch.__version__}, torch-xla {torch_xla.__version__}, "
+                   f"transformers {transformers.__version__}",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="opentc-bench-trainer-") as folder:
+        work = Path(folder)
+        write_corpus(work)
+        for name, options, use_xla in RUNS:
+            print(f"measuring {name} ...", file=sys.stderr, flush=True)
+            results["runs"].append(run(work, name, options, use_xla, args.steps, args.logging_steps))
+    text = render(results)
+    print(text)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({**results, "table": text}, indent=2))
+        print(f"\nwrote {args.json}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""Small, version-guarded fixes to libraries that mishandle XLA tensors.
+
+Two kinds: code that reads XLA tensors back to the host where it need not (on XLA a host read, `bool(tensor)`
+or `.item()`, makes the device finish everything queued before Python can go on: once per training step, it
+serialises the device with Python and erases what compiling buys), and code that fails or trains wrongly on
+XLA tensors (saving, tied weights). Where no setting of the library avoids it, the worker applies a patch
+here, on XLA runs only:
+
+- each patch waits for its target module to be imported by the script (nothing is imported early),
+- checks that the target still has the code it was written for, and refuses to apply otherwise (logged),
+  so a new library version can never be patched blindly,
+- is logged by name when armed and when applied,
+- and all of them are switched off with `--library-patches false` (the toolkit's hyperparameter
+  sagemaker_training_compiler_library_patches=false).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import inspect
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+log = logging.getLogger("opentc_launcher")
+
+
+class TargetChanged(Exception):
+    """The code a patch was written for is not there (any more): the patch is not applied."""
+
+
+@dataclass(frozen=True)
+class LibraryPatch:
+    name: str                          # how the logs and the README call it
+    module: str                        # applied right after this module is imported
+    why: str
+    apply: Callable[[ModuleType], None]   # raises TargetChanged when the module is not what it expects
+
+
+def _source(obj: object) -> str:
+    try:
+        return inspect.getsource(obj)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return ""
+
+
+def _is_xla(tensor: object) -> bool:
+    device = getattr(tensor, "device", None)
+    return getattr(device, "type", None) == "xla"
+
+
+# --- transformers: attention masks --------------------------------------------------------------------------
+# masking_utils decides whether SDPA may use `is_causal=True` instead of a mask by checking that the padding
+# mask is all ones (`fast_all(padding_mask)` in `_ignore_causal_mask_sdpa`, `_ignore_bidirectional_mask_sdpa`),
+# a host read in every forward pass. It already skips that check for tensors that are being traced
+# (`is_tracing(padding_mask)`: dynamo, jit, fx); an XLA lazy tensor is being traced too. The patch makes
+# masking_utils' `is_tracing` say so, and the mask is built on the device instead (same attention, no read).
+MASK_FUNCTIONS = ("_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa")
+
+
+def _treat_xla_as_traced(module: ModuleType) -> None:
+    original = getattr(module, "is_tracing", None)
+    if not callable(original):
+        raise TargetChanged("transformers.masking_utils has no is_tracing")
+    for name in MASK_FUNCTIONS:
+        if "is_tracing(padding_mask)" not in _source(getattr(module, name, None)):
+            raise TargetChanged(f"transformers.masking_utils.{name} no longer checks is_tracing(padding_mask)")
+    if getattr(original, "__opentc_patch__", False):
+        return
+
+    def is_tracing(tensor=None) -> bool:
+        return original(tensor) or _is_xla(tensor)
+
+    is_tracing.__opentc_patch__ = True  # type: ignore[attr-defined]
+    is_tracing.__wrapped__ = original   # type: ignore[attr-defined]
+    module.is_tracing = is_tracing  # type: ignore[attr-defined]
+
+
+TRANSFORMERS_MASKS = LibraryPatch(
+    name="transformers-masks-on-device",
+    module="transformers.masking_utils",
+    why="masking_utils reads the padding mask back to the host in every forward pass to decide whether SDPA "
+        "can skip the mask; on XLA the mask is built on the device instead",
+    apply=_treat_xla_as_traced,
+)
+
+
+
+# --- transformers: the Trainer's loss at logging steps --------------------------------------------------------
+# At each logging step the Trainer averages the loss over processes with `nested_gather`, which on XLA is
+# `nested_xla_mesh_reduce` -> `xm.mesh_reduce`: a rendezvous that runs several small graphs and reads sizes back
+# (`max_size.item()`) even when there is only one process. With one XLA process the reduction is the identity:
+# the patch copies the value to the CPU, as mesh_reduce's result was, and skips the rendezvous. With several
+# processes the Trainer's own code runs.
+
+def _single_process_gather(module: ModuleType) -> None:
+    original = getattr(module, "nested_xla_mesh_reduce", None)
+    source = _source(original)
+    if (not callable(original) or "xm.mesh_reduce(name, tensors, torch.cat)" not in source
+            or "atleast_1d" not in source):
+        raise TargetChanged("transformers.trainer_pt_utils.nested_xla_mesh_reduce is not the mesh_reduce of "
+                            "torch.cat it was written for")
+    if getattr(original, "__opentc_patch__", False):
+        return
+    import torch
+    import torch_xla.runtime as xr
+
+    def on_cpu(tensors):
+        if isinstance(tensors, (list, tuple)):
+            return type(tensors)(on_cpu(t) for t in tensors)
+        if isinstance(tensors, dict):
+            return type(tensors)({k: on_cpu(t) for k, t in tensors.items()})
+        return torch.atleast_1d(tensors.cpu())  # on the CPU: no new graph for the view
+
+    def nested_xla_mesh_reduce(tensors, name):
+        if xr.world_size() > 1:
+            return original(tensors, name)
+        return on_cpu(tensors)
+
+    nested_xla_mesh_reduce.__opentc_patch__ = True  # type: ignore[attr-defined]
+    nested_xla_mesh_reduce.__wrapped__ = original   # type: ignore[attr-defined]
+    module.nested_xla_mesh_reduce = nested_xla_mesh_reduce  # type: ignore[attr-defined]
+
+
+TRANSFORMERS_SINGLE_PROCESS_GATHER = LibraryPatch(
+    name="transformers-single-process-gather",
+    module="transformers.trainer_pt_utils",
+    why="with one XLA process the Trainer's loss gather at logging steps (xm.mesh_reduce) is the identity; it "
+        "is a copy to the CPU instead of a rendezvous of several graphs and host reads",
+    apply=_single_process_gather,
+)
+
+
+
+# --- safetensors: saving XLA tensors ----------------------------------------------------------------------------
+# An XLA tensor has no host memory: `untyped_storage().data_ptr()` raises "Attempted to access the data pointer
+# on an invalid python storage". safetensors' `storage_ptr` (used to find shared tensors before writing) falls
+# back only for meta tensors, so `save_file` / transformers' `save_pretrained` / accelerate's `save_model`
+# crash on a model that trained on XLA. `_flatten_as_ptr` is the step `save_file` and `save` both take first:
+# the patch hands it CPU copies of the XLA tensors, made in one transfer (the caller's dict is not changed).
+
+def _save_xla_tensors_from_cpu(module: ModuleType) -> None:
+    original = getattr(module, "_flatten_as_ptr", None)
+    if (not callable(original) or list(inspect.signature(original).parameters) != ["tensors", "keep_alive_buffer"]
+            or "_flatten_as_ptr(tensors" not in _source(getattr(module, "save_file", None))
+            or "_evaluate_tensors_for_save(tensors)" not in _source(original)):
+        raise TargetChanged("safetensors.torch.save_file no longer goes through _flatten_as_ptr(tensors, ...)")
+    if "xla" in _source(getattr(module, "storage_ptr", None)).lower():
+        raise TargetChanged("safetensors.torch.storage_ptr handles XLA tensors itself now")
+    if getattr(original, "__opentc_patch__", False):
+        return
+
+    def _flatten_as_ptr(tensors, keep_alive_buffer):
+        names = [name for name, t in tensors.items() if _is_xla(t)] if isinstance(tensors, dict) else []
+        if names:
+            import torch_xla.core.xla_model as xm
+
+            copies = xm._maybe_convert_to_cpu([tensors[name].detach() for name in names])
+            tensors = {**tensors, **dict(zip(names, copies, strict=True))}
+        return original(tensors, keep_alive_buffer)
+
+    _flatten_as_ptr.__opentc_patch__ = True  # type: ignore[attr-defined]
+    _flatten_as_ptr.__wrapped__ = original   # type: ignore[attr-defined]
+    module._flatten_as_ptr = _flatten_as_ptr  # type: ignore[attr-defined]
+
+
+SAFETENSORS_SAVE = LibraryPatch(
+    name="safetensors-save-from-xla",
+    module="safetensors.torch",
+    why="safetensors cannot find the storage of an XLA tensor (\"invalid python storage\"), so save_pretrained "
+        "and accelerate's save_model crashed on XLA; the tensors are copied to the CPU first, in one transfer",
+    apply=_save_xla_tensors_from_cpu,
+)
+
+
+# --- accelerate: tied tensors on XLA --------------------------------------------------------------------------
+# `Accelerator.save_model` drops tied duplicates with `clean_state_dict_for_safetensors` before its own copy to
+# the CPU; that keys tensors by `id_tensor_storage`, which fails on XLA tensors like safetensors' storage_ptr.
+# The patch keys an XLA tensor by torch-xla's tensor id, as transformers' own `id_tensor_storage` does.
+
+def _xla_storage_ids(module: ModuleType) -> None:
+    original = getattr(module, "id_tensor_storage", None)
+    if not callable(original) or "id_tensor_storage(tensor)" not in _source(
+            getattr(module, "clean_state_dict_for_safetensors", None)):
+        raise TargetChanged("accelerate.utils.other.clean_state_dict_for_safetensors no longer uses "
+                            "id_tensor_storage(tensor)")
+    if "xla" in _source(original).lower():
+        raise TargetChanged("accelerate's id_tensor_storage handles XLA tensors itself now")
+    if getattr(original, "__opentc_patch__", False):
+        return
+
+    def id_tensor_storage(tensor):
+        if not _is_xla(tensor):
+            return original(tensor)
+        import torch_xla
+
+        return tensor.device, torch_xla._XLAC._xla_get_tensor_id(tensor), tensor.nelement() * tensor.element_size()
+
+    id_tensor_storage.__opentc_patch__ = True  # type: ignore[attr-defined]
+    id_tensor_storage.__wrapped__ = original   # type: ignore[attr-defined]
+    module.id_tensor_storage = id_tensor_storage  # type: ignore[attr-defined]
+
+
+ACCELERATE_STORAGE_IDS = LibraryPatch(
+    name="accelerate-xla-storage-ids",
+    module="accelerate.utils.other",
+    why="accelerate's save_model looked for tied tensors by storage, which XLA tensors lack; they are told apart "
+        "by torch-xla's tensor id instead",
+    apply=_xla_storage_ids,
+)
+
+
+# --- accelerate: tied weights after the move to XLA -------------------------------------------------------------
+# Moving a module to XLA gives every parameter a new Parameter (an XLA tensor cannot take a CPU tensor's place),
+# once per module that holds it: weights tied on the CPU (GPT-2's lm_head and wte) come out as two parameters.
+# transformers' Trainer ties them again after the move; `Accelerator.prepare` does not, and then maps the
+# optimizer to only one of the two, so the other one never trains. The patch restores every tie the model had
+# before `prepare_model` moved it.
+
+def _tied_groups(model) -> list[list[str]]:
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return [group for group in names.values() if len(group) > 1]
+
+
+def _retie(model, groups: list[list[str]]) -> int:
+    retied = 0
+    for first, *others in groups:
+        param = model.get_parameter(first)
+        for name in others:
+            owner, _, attr = name.rpartition(".")
+            module = model.get_submodule(owner)
+            if getattr(module, attr) is not param:
+                setattr(module, attr, param)
+                retied += 1
+    return retied
+
+
+def _retie_after_move(module: ModuleType) -> None:
+    accelerator = getattr(module, "Accelerator", None)
+    original = getattr(accelerator, "prepare_model", None)
+    if not callable(original) or "model = model.to(self.device)" not in _source(original):
+        raise TargetChanged("accelerate's Accelerator.prepare_model no longer moves the model with "
+                            "model.to(self.device)")
+    if "tie_weights" in _source(original):
+        raise TargetChanged("accelerate's Accelerator.prepare_model ties weights itself now")
+    if getattr(original, "__opentc_patch__", False):
+        return
+    import torch
+
+    def prepare_model(self, model, *args, **kwargs):
+        if not isinstance(model, torch.nn.Module) or getattr(self.device, "type", None) != "xla":
+            return original(self, model, *args, **kwargs)
+        groups = _tied_groups(model)
+        prepared = original(self, model, *args, **kwargs)
+        if groups and _retie(model, groups):
+            log.info("library patch accelerate-retie-after-move: tied again after the move to XLA: %s",
+                     "; ".join(" = ".join(group) for group in groups))
+        return prepared
+
+    prepare_model.__opentc_patch__ = True  # type: ignore[attr-defined]
+    prepare_model.__wrapped__ = original   # type: ignore[attr-defined]
+    accelerator.prepare_model = prepare_model  # type: ignore[union-attr]
+
+
+ACCELERATE_RETIE = LibraryPatch(
+    name="accelerate-retie-after-move",
+    module="accelerate.accelerator",
+    why="moving a model to XLA unties its tied weights (GPT-2's lm_head and wte) and Accelerator.prepare keeps "
+        "only one of them in the optimizer; the ties are restored after the move, as transformers' Trainer does",
+    apply=_retie_after_move,
+)
+
+PATCHES: tuple[LibraryPatch, ...] = (TRANSFORMERS_MASKS, TRANSFORMERS_SINGLE_PROCESS_GATHER, SAFETENSORS_SAVE,
+                                     ACCELERATE_STORAGE_IDS, ACCELERATE_RETIE)
+
+
+# --- applying them after import -----------------------------------------------------------------------------
+
+def _apply(patch: LibraryPatch, module: ModuleType) -> bool:
+    version = getattr(sys.modules.get(patch.module.split(".")[0]), "__version__", "?")
+    try:
+        patch.apply(module)
+    except TargetChanged as e:
+        log.warning("library patch %s not applied: %s (%s %s); the host reads it removes stay. "
+                    "Tell the image's maintainers.", patch.name, e, patch.module.split(".")[0], version)
+        return False
+    log.info("library patch %s applied to %s %s: %s", patch.name, patch.module.split(".")[0], version, patch.why)
+    return True
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs each patch right after its module is first executed, whoever imports it."""
+
+    def __init__(self, patches: dict[str, LibraryPatch]):
+        self.pending = patches
+        self._lock = threading.Lock()
+        self._finding: set[str] = set()
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in self.pending or fullname in self._finding:
+            return None
+        self._finding.add(fullname)
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        finally:
+            self._finding.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, patch = spec.loader, self.pending[fullname]
+        run_module = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run_module(module)
+            with self._lock:
+                if self.pending.pop(fullname, None) is not None:
+                    _apply(patch, module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
+    """Arm every patch: applied now if its module is already imported, else right after its import.
+    Returns the names armed."""
+    waiting = {}
+    for patch in patches:
+        module = sys.modules.get(patch.module)
+        if module is not None:
+            _apply(patch, module)
+        else:
+            waiting[patch.module] = patch
+    if waiting:
+        sys.meta_path.insert(0, _AfterImport(waiting))
+    names = [p.name for p in patches]
+    log.info("library patches armed for XLA: %s (off with sagemaker_training_compiler_library_patches=false "
+             "or --library-patches false)", ", ".join(names))
+    return names
