@@ -23,6 +23,7 @@ from typing import NoReturn
 
 from opentc_launcher import exit_codes, xla_cuda
 
+from .aws_launcher import adapt_aws_launcher
 from .compiler import DEBUG, ENABLED, LIBRARY_PATCHES, MULTI_WORKER, CompilerSettings
 from .errors import JobConfigError, JobStopped
 from .job import JobPaths, TrainingJob, read_job
@@ -86,6 +87,10 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
                                      f"({e}); model/ and output/ must be writable folders.") from None
         with tempfile.TemporaryDirectory(prefix="opentc-") as scratch:
             code = fetch_code(job)
+            adapted = adapt_aws_launcher(job, settings, code)
+            if adapted is not None:   # the job as AWS's torch_xla.distributed.sm_dist would have run it
+                log.info("%s", adapted.summary)
+                job, settings = adapted.job, adapted.settings
             install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
             plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), scratch)
             if settings.enabled:

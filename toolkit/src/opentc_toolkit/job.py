@@ -79,6 +79,7 @@ class TrainingJob:
     script_env: Mapping[str, str]           # SM_* variables for the script
     requirements_file: str = "requirements.txt"   # in the code folder, installed before the script runs
     model_trainer: ModelTrainerSource | None = None   # the SageMaker SDK v3's SourceCode, when it sent one
+    workers_per_host: int | None = None   # what the job itself asks for (an AWS-era launcher's num_gpus)
 
     @property
     def host_index(self) -> int:

@@ -81,13 +81,14 @@ class LaunchPlan:
 
 def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings) -> tuple[World, tuple[str, ...]]:
     """Workers per host and the rendezvous: one worker, or (multi-worker) one per GPU on every host (or as many
-    as OPENTC_WORKERS_PER_HOST, else the SDK v3's Torchrun(process_count_per_node), says), meeting on hosts[0]
-    (hosts[] is in the same order on every host). Returns the world and the peers to wait for."""
+    as OPENTC_WORKERS_PER_HOST, else the job itself (an AWS-era launcher's num_gpus), else the SDK v3's
+    Torchrun(process_count_per_node), says), meeting on hosts[0] (hosts[] is in the same order on every host).
+    Returns the world and the peers to wait for."""
     if job.model_trainer is not None:
         check_distribution(job.model_trainer, settings.multi_worker)
     if not settings.multi_worker:
         return World(), ()
-    asked = job.model_trainer.workers_per_host if job.model_trainer else None
+    asked = job.workers_per_host or (job.model_trainer.workers_per_host if job.model_trainer else None)
     workers = launch.workers_per_host or asked or max(job.num_gpus, 1)
     if not job.is_multi_host:
         return World(workers_per_host=workers), ()
