@@ -51,6 +51,10 @@ def _metric(name: str):
     return met.metric_data(name)
 
 
+def graphs_compiled() -> int:
+    return _counter("UncachedCompile")
+
+
 def _host_reads() -> int:
     return sum(_counter(op) for op in HOST_READ_OPS)
 
@@ -133,7 +137,7 @@ class CompileMonitor(threading.Thread):
 
     def sample(self) -> None:
         with self._lock:
-            compiles = _counter("UncachedCompile")
+            compiles = graphs_compiled()
             steps = self.step_counter.steps if self.step_counter is not None else 0
             self.timeline.observe(steps or _counter("MarkStep"), compiles)
             if self.timeline.late_points >= self._next_warning:
@@ -268,7 +272,7 @@ def build_report(process: str, rank: int, world_size: int, device: str, exit_cod
         optimizer_steps=steps.steps if steps else 0, syncs=syncs,
         steps_with_host_reads=steps.steps_with_host_reads if steps else 0,
         executions_per_step={str(k): v for k, v in sorted(steps.executions_per_step.items())} if steps else {},
-        graphs_compiled=_counter("UncachedCompile"),
+        graphs_compiled=graphs_compiled(),
         compile_seconds_total=total, compile_seconds_per_graph=per_graph,
         graphs_after_warmup=timeline.after_warmup, steps_with_late_graphs=timeline.late_points,
         warmup_steps=timeline.warmup_steps,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import MutableMapping
 
 from . import exit_codes
@@ -15,6 +16,7 @@ from .diagnostics import (
     CompileTimeline,
     StepCounter,
     build_report,
+    graphs_compiled,
     write_compile_report,
 )
 from .errors import record_error
@@ -34,6 +36,7 @@ class XlaSession:
         self.cache: dict = {"dir": "", "mode": "off"}
         self.monitor: CompileMonitor | None = None
         self.steps: StepCounter | None = None
+        self._stopping = threading.Lock()
 
     @property
     def device(self) -> str:
@@ -83,6 +86,27 @@ class XlaSession:
             self.monitor = CompileMonitor(self.identity.rank, options.warmup_steps, options.max_compilations,
                                           on_limit=self._compilation_limit_reached, step_counter=self.steps)
             self.monitor.start()
+        if options.max_compilations:
+            self._check_limit_after_each_sync()
+
+    def _check_limit_after_each_sync(self) -> None:
+        """A sync compiles in the thread that calls it: checked right after, the limit stops the worker at the
+        first graph over it. (The monitor thread, which polls, still catches graphs compiled elsewhere, such
+        as by `.item()`.)"""
+        import torch_xla
+
+        xlac = torch_xla._XLAC
+        step_marker = xlac._xla_step_marker
+        limit = self.options.max_compilations
+
+        def checked_step_marker(*args, **kwargs):
+            result = step_marker(*args, **kwargs)
+            compiles = graphs_compiled()
+            if compiles > limit:
+                self._compilation_limit_reached(compiles)
+            return result
+
+        xlac._xla_step_marker = checked_step_marker
 
     def _report(self, exit_code: int, timeline: CompileTimeline) -> None:
         report = build_report(self.process, self.identity.rank, self.identity.world_size, self.device, exit_code,
@@ -94,7 +118,9 @@ class XlaSession:
             log.info("%s: compile report written to %s", self.process, path)
 
     def _compilation_limit_reached(self, compiles: int) -> None:
-        """From the monitor thread: stop this worker now, with a report and a clear reason."""
+        """Stop this worker now, with a report and a clear reason (from the monitor thread or after a sync)."""
+        if not self._stopping.acquire(blocking=False):
+            threading.Event().wait()   # the other thread is writing the report and ends the process
         message = (f"compilation limit reached: {compiles} graphs compiled, more than the "
                    f"{self.options.max_compilations} allowed (hyperparameter "
                    f"sagemaker_training_compiler_max_compilations, or --max-compilations). Shapes are "
