@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from compiler_benchmark import table
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 BIN = Path(sys.executable).parent
@@ -72,12 +74,6 @@ def run(work: Path, name: str, options: list[str], use_xla: str, steps: int, log
                    host_reads=report["explicit_evaluations"],
                    steps_with_host_reads=report["steps_with_host_reads"], measured_steps=measured)
     return row
-
-
-def table(headers, rows) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def render(results: dict) -> str:

@@ -48,6 +48,16 @@ def _source(obj: object) -> str:
         return ""
 
 
+def _replace(owner: object, name: str, wrapper: Callable) -> None:
+    """Put `wrapper` in place of owner.<name> (kept as wrapper.__wrapped__), once."""
+    original = getattr(owner, name)
+    if getattr(original, "__opentc_patch__", False):
+        return
+    wrapper.__opentc_patch__ = True  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = original   # type: ignore[attr-defined]
+    setattr(owner, name, wrapper)
+
+
 def _is_xla(tensor: object) -> bool:
     device = getattr(tensor, "device", None)
     return getattr(device, "type", None) == "xla"
@@ -69,15 +79,11 @@ def _treat_xla_as_traced(module: ModuleType) -> None:
     for name in MASK_FUNCTIONS:
         if "is_tracing(padding_mask)" not in _source(getattr(module, name, None)):
             raise TargetChanged(f"transformers.masking_utils.{name} no longer checks is_tracing(padding_mask)")
-    if getattr(original, "__opentc_patch__", False):
-        return
 
     def is_tracing(tensor=None) -> bool:
         return original(tensor) or _is_xla(tensor)
 
-    is_tracing.__opentc_patch__ = True  # type: ignore[attr-defined]
-    is_tracing.__wrapped__ = original   # type: ignore[attr-defined]
-    module.is_tracing = is_tracing  # type: ignore[attr-defined]
+    _replace(module, "is_tracing", is_tracing)
 
 
 TRANSFORMERS_MASKS = LibraryPatch(
@@ -104,8 +110,6 @@ def _single_process_gather(module: ModuleType) -> None:
             or "atleast_1d" not in source):
         raise TargetChanged("transformers.trainer_pt_utils.nested_xla_mesh_reduce is not the mesh_reduce of "
                             "torch.cat it was written for")
-    if getattr(original, "__opentc_patch__", False):
-        return
     import torch
     import torch_xla.runtime as xr
 
@@ -121,9 +125,7 @@ def _single_process_gather(module: ModuleType) -> None:
             return original(tensors, name)
         return on_cpu(tensors)
 
-    nested_xla_mesh_reduce.__opentc_patch__ = True  # type: ignore[attr-defined]
-    nested_xla_mesh_reduce.__wrapped__ = original   # type: ignore[attr-defined]
-    module.nested_xla_mesh_reduce = nested_xla_mesh_reduce  # type: ignore[attr-defined]
+    _replace(module, "nested_xla_mesh_reduce", nested_xla_mesh_reduce)
 
 
 TRANSFORMERS_SINGLE_PROCESS_GATHER = LibraryPatch(
@@ -151,8 +153,6 @@ def _save_xla_tensors_from_cpu(module: ModuleType) -> None:
         raise TargetChanged("safetensors.torch.save_file no longer goes through _flatten_as_ptr(tensors, ...)")
     if "xla" in _source(getattr(module, "storage_ptr", None)).lower():
         raise TargetChanged("safetensors.torch.storage_ptr handles XLA tensors itself now")
-    if getattr(original, "__opentc_patch__", False):
-        return
 
     def _flatten_as_ptr(tensors, keep_alive_buffer):
         names = [name for name, t in tensors.items() if _is_xla(t)] if isinstance(tensors, dict) else []
@@ -163,9 +163,7 @@ def _save_xla_tensors_from_cpu(module: ModuleType) -> None:
             tensors = {**tensors, **dict(zip(names, copies, strict=True))}
         return original(tensors, keep_alive_buffer)
 
-    _flatten_as_ptr.__opentc_patch__ = True  # type: ignore[attr-defined]
-    _flatten_as_ptr.__wrapped__ = original   # type: ignore[attr-defined]
-    module._flatten_as_ptr = _flatten_as_ptr  # type: ignore[attr-defined]
+    _replace(module, "_flatten_as_ptr", _flatten_as_ptr)
 
 
 SAFETENSORS_SAVE = LibraryPatch(
@@ -190,8 +188,6 @@ def _xla_storage_ids(module: ModuleType) -> None:
                             "id_tensor_storage(tensor)")
     if "xla" in _source(original).lower():
         raise TargetChanged("accelerate's id_tensor_storage handles XLA tensors itself now")
-    if getattr(original, "__opentc_patch__", False):
-        return
 
     def id_tensor_storage(tensor):
         if not _is_xla(tensor):
@@ -200,9 +196,7 @@ def _xla_storage_ids(module: ModuleType) -> None:
 
         return tensor.device, torch_xla._XLAC._xla_get_tensor_id(tensor), tensor.nelement() * tensor.element_size()
 
-    id_tensor_storage.__opentc_patch__ = True  # type: ignore[attr-defined]
-    id_tensor_storage.__wrapped__ = original   # type: ignore[attr-defined]
-    module.id_tensor_storage = id_tensor_storage  # type: ignore[attr-defined]
+    _replace(module, "id_tensor_storage", id_tensor_storage)
 
 
 ACCELERATE_STORAGE_IDS = LibraryPatch(
@@ -249,8 +243,6 @@ def _retie_after_move(module: ModuleType) -> None:
                             "model.to(self.device)")
     if "tie_weights" in _source(original):
         raise TargetChanged("accelerate's Accelerator.prepare_model ties weights itself now")
-    if getattr(original, "__opentc_patch__", False):
-        return
     import torch
 
     def prepare_model(self, model, *args, **kwargs):
@@ -263,9 +255,7 @@ def _retie_after_move(module: ModuleType) -> None:
                      "; ".join(" = ".join(group) for group in groups))
         return prepared
 
-    prepare_model.__opentc_patch__ = True  # type: ignore[attr-defined]
-    prepare_model.__wrapped__ = original   # type: ignore[attr-defined]
-    accelerator.prepare_model = prepare_model  # type: ignore[union-attr]
+    _replace(accelerator, "prepare_model", prepare_model)
 
 
 ACCELERATE_RETIE = LibraryPatch(
