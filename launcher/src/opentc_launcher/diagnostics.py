@@ -68,12 +68,11 @@ class StepCounter:
         self.steps_with_host_reads = 0
         self.executions_per_step: Counter[int] = Counter()
         self._last: tuple[int, int] | None = None
-        self._handle = None
 
     def install(self) -> StepCounter:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._handle = register_optimizer_step_post_hook(self._after_step)
+        register_optimizer_step_post_hook(self._after_step)   # for the life of the process
         return self
 
     def _after_step(self, _optimizer, _args, _kwargs) -> None:
@@ -117,11 +116,11 @@ class CompileTimeline:
 class CompileMonitor(threading.Thread):
     """Polls torch-xla's counters while the script runs."""
 
-    def __init__(self, rank: int, warmup_steps: int, max_compilations: int,
+    def __init__(self, process: str, warmup_steps: int, max_compilations: int,
                  on_limit: Callable[[int], None], step_counter: StepCounter | None = None,
                  interval: float = 0.25):
         super().__init__(daemon=True, name="opentc-compile-monitor")
-        self.rank = rank
+        self.process = process
         self.step_counter = step_counter
         self.timeline = CompileTimeline(warmup_steps)
         self.max_compilations = max_compilations
@@ -142,9 +141,9 @@ class CompileMonitor(threading.Thread):
             self.timeline.observe(steps or _counter("MarkStep"), compiles)
             if self.timeline.late_points >= self._next_warning:
                 log.warning(
-                    "rank %d: new graphs keep being compiled after warm-up (%d at %d different steps, the last "
+                    "%s: new graphs keep being compiled after warm-up (%d at %d different steps, the last "
                     "at step %d; %d graphs in all): input shapes are probably changing between steps. "
-                    "To fix: %s.", self.rank, self.timeline.after_warmup, self.timeline.late_points,
+                    "To fix: %s.", self.process, self.timeline.after_warmup, self.timeline.late_points,
                     self.timeline.steps_seen, compiles, SHAPES_FIX)
                 self._next_warning *= 2
             if self.max_compilations and compiles > self.max_compilations:

@@ -83,7 +83,7 @@ class XlaSession:
             self.cache = open_cache(options.compile_cache_dir, options.xla_device, self.process)
         if options.compile_report_dir or options.max_compilations:
             self.steps = StepCounter().install()
-            self.monitor = CompileMonitor(self.identity.rank, options.warmup_steps, options.max_compilations,
+            self.monitor = CompileMonitor(self.process, options.warmup_steps, options.max_compilations,
                                           on_limit=self._compilation_limit_reached, step_counter=self.steps)
             self.monitor.start()
         if options.max_compilations:
