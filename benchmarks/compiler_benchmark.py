@@ -189,12 +189,16 @@ def main():
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
         results[name] = run()
     results["seconds"] = round(time.time() - started, 1)
-    text = render(results)
+    publish(results, render(results), args.json)
+
+
+def publish(results: dict, text: str, path: str) -> None:
+    """Print the tables, and keep them with the measurements in a JSON file (RESULTS.md quotes the tables)."""
     print(text)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({**results, "table": text}, indent=2))
-        print(f"\nwrote {args.json} ({results['seconds']} s)", file=sys.stderr)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({**results, "table": text}, indent=2))
+        print(f"\nwrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compiler_benchmark import table
+from compiler_benchmark import publish, table
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -118,12 +118,7 @@ def main():
         for name, options, use_xla in RUNS:
             print(f"measuring {name} ...", file=sys.stderr, flush=True)
             results["runs"].append(run(work, name, options, use_xla, args.steps, args.logging_steps))
-    text = render(results)
-    print(text)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({**results, "table": text}, indent=2))
-        print(f"\nwrote {args.json}", file=sys.stderr)
+    publish(results, render(results), args.json)
 
 
 if __name__ == "__main__":

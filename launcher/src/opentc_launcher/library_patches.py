@@ -95,7 +95,6 @@ TRANSFORMERS_MASKS = LibraryPatch(
 )
 
 
-
 # --- transformers: the Trainer's loss at logging steps --------------------------------------------------------
 # At each logging step the Trainer averages the loss over processes with `nested_gather`, which on XLA is
 # `nested_xla_mesh_reduce` -> `xm.mesh_reduce`: a rendezvous that runs several small graphs and reads sizes back
@@ -135,7 +134,6 @@ TRANSFORMERS_SINGLE_PROCESS_GATHER = LibraryPatch(
         "is a copy to the CPU instead of a rendezvous of several graphs and host reads",
     apply=_single_process_gather,
 )
-
 
 
 # --- safetensors: saving XLA tensors ----------------------------------------------------------------------------
