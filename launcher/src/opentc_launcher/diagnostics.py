@@ -114,7 +114,12 @@ class CompileTimeline:
 
 
 class CompileMonitor(threading.Thread):
-    """Polls torch-xla's counters while the script runs."""
+    """Watches torch-xla's counters while the script runs.
+
+    A sync compiles in the thread that calls it, so `after_sync` (called right after each one) puts every new
+    graph at the step it belongs to, and stops the worker at the first graph over the limit. The thread polls
+    for the limit only: graphs compiled outside a sync (by `.item()`, say) still count.
+    """
 
     def __init__(self, process: str, warmup_steps: int, max_compilations: int,
                  on_limit: Callable[[int], None], step_counter: StepCounter | None = None,
@@ -132,9 +137,14 @@ class CompileMonitor(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.wait(self.interval):
-            self.sample()
+            self.check_limit()
 
-    def sample(self) -> None:
+    def check_limit(self) -> None:
+        compiles = graphs_compiled()
+        if self.max_compilations and compiles > self.max_compilations:
+            self.on_limit(compiles)
+
+    def after_sync(self) -> None:
         with self._lock:
             compiles = graphs_compiled()
             steps = self.step_counter.steps if self.step_counter is not None else 0
@@ -146,14 +156,13 @@ class CompileMonitor(threading.Thread):
                     "To fix: %s.", self.process, self.timeline.after_warmup, self.timeline.late_points,
                     self.timeline.steps_seen, compiles, SHAPES_FIX)
                 self._next_warning *= 2
-            if self.max_compilations and compiles > self.max_compilations:
-                self.on_limit(compiles)
+        self.check_limit()
 
     def stop(self) -> CompileTimeline:
         self._stop_event.set()
         if self.is_alive() and self is not threading.current_thread():
             self.join(timeout=5)
-        self.sample()
+        self.after_sync()
         return self.timeline
 
 

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 
 from . import exit_codes
 from .cache import open_cache
@@ -16,7 +16,6 @@ from .diagnostics import (
     CompileTimeline,
     StepCounter,
     build_report,
-    graphs_compiled,
     write_compile_report,
 )
 from .errors import record_error
@@ -86,27 +85,23 @@ class XlaSession:
             self.monitor = CompileMonitor(self.process, options.warmup_steps, options.max_compilations,
                                           on_limit=self._compilation_limit_reached, step_counter=self.steps)
             self.monitor.start()
-        if options.max_compilations:
-            self._check_limit_after_each_sync()
+            self._after_each_sync(self.monitor.after_sync)
 
-    def _check_limit_after_each_sync(self) -> None:
-        """A sync compiles in the thread that calls it: checked right after, the limit stops the worker at the
-        first graph over it. (The monitor thread, which polls, still catches graphs compiled elsewhere, such
-        as by `.item()`.)"""
+    @staticmethod
+    def _after_each_sync(callback: Callable[[], None]) -> None:
+        """Call `callback` right after every sync (torch_xla.sync, xm.mark_step, MpDeviceLoader's): each goes
+        through torch-xla's step marker, which compiles the step's graph before it returns."""
         import torch_xla
 
         xlac = torch_xla._XLAC
         step_marker = xlac._xla_step_marker
-        limit = self.options.max_compilations
 
-        def checked_step_marker(*args, **kwargs):
+        def step_marker_then_callback(*args, **kwargs):
             result = step_marker(*args, **kwargs)
-            compiles = graphs_compiled()
-            if compiles > limit:
-                self._compilation_limit_reached(compiles)
+            callback()
             return result
 
-        xlac._xla_step_marker = checked_step_marker
+        xlac._xla_step_marker = step_marker_then_callback
 
     def _report(self, exit_code: int, timeline: CompileTimeline) -> None:
         report = build_report(self.process, self.identity.rank, self.identity.world_size, self.device, exit_code,
