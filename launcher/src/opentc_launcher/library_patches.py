@@ -48,8 +48,9 @@ def _source(obj: object) -> str:
         return ""
 
 
-def _replace(owner: object, name: str, wrapper: Callable) -> None:
-    """Put `wrapper` in place of owner.<name> (kept as wrapper.__wrapped__), once."""
+def replace_once(owner: object, name: str, wrapper: Callable) -> None:
+    """Put `wrapper` in place of owner.<name> (kept as wrapper.__wrapped__), unless a wrapper of ours is there
+    already."""
     original = getattr(owner, name)
     if getattr(original, "__opentc_patch__", False):
         return
@@ -83,7 +84,7 @@ def _treat_xla_as_traced(module: ModuleType) -> None:
     def is_tracing(tensor=None) -> bool:
         return original(tensor) or _is_xla(tensor)
 
-    _replace(module, "is_tracing", is_tracing)
+    replace_once(module, "is_tracing", is_tracing)
 
 
 TRANSFORMERS_MASKS = LibraryPatch(
@@ -124,7 +125,7 @@ def _single_process_gather(module: ModuleType) -> None:
             return original(tensors, name)
         return on_cpu(tensors)
 
-    _replace(module, "nested_xla_mesh_reduce", nested_xla_mesh_reduce)
+    replace_once(module, "nested_xla_mesh_reduce", nested_xla_mesh_reduce)
 
 
 TRANSFORMERS_SINGLE_PROCESS_GATHER = LibraryPatch(
@@ -161,7 +162,7 @@ def _save_xla_tensors_from_cpu(module: ModuleType) -> None:
             tensors = {**tensors, **dict(zip(names, copies, strict=True))}
         return original(tensors, keep_alive_buffer)
 
-    _replace(module, "_flatten_as_ptr", _flatten_as_ptr)
+    replace_once(module, "_flatten_as_ptr", _flatten_as_ptr)
 
 
 SAFETENSORS_SAVE = LibraryPatch(
@@ -194,7 +195,7 @@ def _xla_storage_ids(module: ModuleType) -> None:
 
         return tensor.device, torch_xla._XLAC._xla_get_tensor_id(tensor), tensor.nelement() * tensor.element_size()
 
-    _replace(module, "id_tensor_storage", id_tensor_storage)
+    replace_once(module, "id_tensor_storage", id_tensor_storage)
 
 
 ACCELERATE_STORAGE_IDS = LibraryPatch(
@@ -253,7 +254,7 @@ def _retie_after_move(module: ModuleType) -> None:
                      "; ".join(" = ".join(group) for group in groups))
         return prepared
 
-    _replace(accelerator, "prepare_model", prepare_model)
+    replace_once(accelerator, "prepare_model", prepare_model)
 
 
 ACCELERATE_RETIE = LibraryPatch(

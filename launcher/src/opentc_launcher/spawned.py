@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import exit_codes
+from .library_patches import replace_once
 from .options import WorkerOptions
 from .runtime import WorkerIdentity
 
@@ -63,10 +64,6 @@ class InSpawnedProcess:
                                   world_size=xr.world_size(), local_world_size=xr.local_process_count())
         # This process's own error record (the compilation limit writes one), read back by the starting worker.
         os.environ["TORCHELASTIC_ERROR_FILE"] = os.path.join(self.error_dir, f"{process}.json")
-        if self.options.library_patches:
-            from .library_patches import install
-
-            install()
         session = XlaSession.attach(self.options, identity, process)
         log.info("%s: started by the script (torch_xla.launch / xmp.spawn) on PJRT_DEVICE=%s", process,
                  self.options.xla_device)
@@ -98,8 +95,6 @@ def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity) -
     from torch_xla._internal import pjrt
 
     original = pjrt.run_multiprocess
-    if getattr(original, "__opentc_patch__", False):
-        return True
     params = inspect.signature(original).parameters
     if list(params)[:2] != ["fn", "args"] or "start_method" not in params:
         log.warning("torch-xla's run_multiprocess is not the one this launcher knows: processes started by "
@@ -120,7 +115,5 @@ def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity) -
         finally:
             shutil.rmtree(error_dir, ignore_errors=True)
 
-    run_multiprocess.__opentc_patch__ = True  # type: ignore[attr-defined]
-    run_multiprocess.__wrapped__ = original   # type: ignore[attr-defined]
-    pjrt.run_multiprocess = run_multiprocess
+    replace_once(pjrt, "run_multiprocess", run_multiprocess)
     return True

@@ -160,10 +160,6 @@ def main(argv: list[str] | None = None) -> NoReturn:
             from .xla_session import XlaSession
 
             session = XlaSession.start(options, identity, os.environ)
-            if options.library_patches:
-                from .library_patches import install
-
-                install()
     except (LaunchRefused, BadEnvironmentValue) as e:
         refuse(str(e))
     except Exception as e:  # torch_xla missing or broken, a runtime that does not start

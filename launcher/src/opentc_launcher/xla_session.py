@@ -19,6 +19,8 @@ from .diagnostics import (
     write_compile_report,
 )
 from .errors import record_error
+from .library_patches import install as install_library_patches
+from .library_patches import replace_once
 from .options import WorkerOptions
 from .runtime import WorkerIdentity, xla_runtime_env
 
@@ -56,7 +58,7 @@ class XlaSession:
         session = cls(options, identity, f"rank{identity.rank}")
         import torch_xla  # noqa: F401  (after the environment is final)
 
-        session._watch()
+        session._prepare()
         if identity.world_size > 1 and options.xla_device != "CPU":
             init_xla_process_group()
         if options.compile_report_dir or options.compile_cache_dir or options.max_compilations:
@@ -72,12 +74,15 @@ class XlaSession:
         """The diagnostics of a process the script started (torch_xla.launch, xmp.spawn), inside it: torch-xla
         is imported and configured there already."""
         session = cls(options, identity, process)
-        session._watch()
+        session._prepare()
         return session
 
-    def _watch(self) -> None:
-        """The persistent cache, the step counter and the compile monitor, before the first computation."""
+    def _prepare(self) -> None:
+        """The persistent cache, the step counter, the compile monitor and the library patches, before the
+        first computation."""
         options = self.options
+        if options.library_patches:
+            install_library_patches()
         if options.compile_cache_dir:
             self.cache = open_cache(options.compile_cache_dir, options.xla_device, self.process)
         if options.compile_report_dir or options.max_compilations:
@@ -101,7 +106,7 @@ class XlaSession:
             callback()
             return result
 
-        xlac._xla_step_marker = step_marker_then_callback
+        replace_once(xlac, "_xla_step_marker", step_marker_then_callback)
 
     def _report(self, exit_code: int, timeline: CompileTimeline) -> None:
         report = build_report(self.process, self.identity.rank, self.identity.world_size, self.device, exit_code,
