@@ -111,7 +111,11 @@ def prepared_gpt2():
     return {"tied": lm_head is wte, "lm_head_trained": id(lm_head) in trained, "wte_trained": id(wte) in trained}
 
 
-unpatched = prepared_gpt2()
-applied = library_patches._apply(library_patches.ACCELERATE_RETIE, accelerate.accelerator)
-out["accelerate_retie"] = {"applied": applied, "unpatched": unpatched, "patched": prepared_gpt2()}
+# No patch for tied weights: torch's swap switch, which the worker turns on, keeps them through prepare's move.
+from opentc_launcher.xla_session import keep_parameters_on_move  # noqa: E402
+
+keep_parameters_on_move(False)
+without_switch = prepared_gpt2()
+keep_parameters_on_move(True)
+out["accelerate_ties"] = {"without_switch": without_switch, "with_switch": prepared_gpt2()}
 json.dump(out, sys.stdout)

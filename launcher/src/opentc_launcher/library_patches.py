@@ -2,8 +2,8 @@
 
 Two kinds: code that reads XLA tensors back to the host where it need not (on XLA a host read, `bool(tensor)`
 or `.item()`, makes the device finish everything queued before Python can go on: once per training step, it
-serialises the device with Python and erases what compiling buys), and code that fails or trains wrongly on
-XLA tensors (saving, tied weights). Where no setting of the library avoids it, the worker applies a patch
+serialises the device with Python and erases what compiling buys), and code that fails on XLA
+tensors (saving). Where no setting of the library avoids it, the worker applies a patch
 here, on XLA runs only:
 
 - each patch waits for its target module to be imported by the script (nothing is imported early),
@@ -207,66 +207,10 @@ ACCELERATE_STORAGE_IDS = LibraryPatch(
 )
 
 
-# --- accelerate: tied weights after the move to XLA -------------------------------------------------------------
-# Moving a module to XLA gives every parameter a new Parameter (an XLA tensor cannot take a CPU tensor's place),
-# once per module that holds it: weights tied on the CPU (GPT-2's lm_head and wte) come out as two parameters.
-# transformers' Trainer ties them again after the move; `Accelerator.prepare` does not, and then maps the
-# optimizer to only one of the two, so the other one never trains. The patch restores every tie the model had
-# before `prepare_model` moved it.
-
-def _tied_groups(model) -> list[list[str]]:
-    names: dict[int, list[str]] = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(param), []).append(name)
-    return [group for group in names.values() if len(group) > 1]
-
-
-def _retie(model, groups: list[list[str]]) -> int:
-    retied = 0
-    for first, *others in groups:
-        param = model.get_parameter(first)
-        for name in others:
-            owner, _, attr = name.rpartition(".")
-            module = model.get_submodule(owner)
-            if getattr(module, attr) is not param:
-                setattr(module, attr, param)
-                retied += 1
-    return retied
-
-
-def _retie_after_move(module: ModuleType) -> None:
-    accelerator = getattr(module, "Accelerator", None)
-    original = getattr(accelerator, "prepare_model", None)
-    if not callable(original) or "model = model.to(self.device)" not in _source(original):
-        raise TargetChanged("accelerate's Accelerator.prepare_model no longer moves the model with "
-                            "model.to(self.device)")
-    if "tie_weights" in _source(original):
-        raise TargetChanged("accelerate's Accelerator.prepare_model ties weights itself now")
-    import torch
-
-    def prepare_model(self, model, *args, **kwargs):
-        if not isinstance(model, torch.nn.Module) or getattr(self.device, "type", None) != "xla":
-            return original(self, model, *args, **kwargs)
-        groups = _tied_groups(model)
-        prepared = original(self, model, *args, **kwargs)
-        if groups and _retie(model, groups):
-            log.info("library patch accelerate-retie-after-move: tied again after the move to XLA: %s",
-                     "; ".join(" = ".join(group) for group in groups))
-        return prepared
-
-    replace_once(accelerator, "prepare_model", prepare_model)
-
-
-ACCELERATE_RETIE = LibraryPatch(
-    name="accelerate-retie-after-move",
-    module="accelerate.accelerator",
-    why="moving a model to XLA unties its tied weights (GPT-2's lm_head and wte) and Accelerator.prepare keeps "
-        "only one of them in the optimizer; the ties are restored after the move, as transformers' Trainer does",
-    apply=_retie_after_move,
-)
-
+# Tied weights after the move to XLA need no patch: the worker turns on torch's own switch for it
+# (xla_session.keep_parameters_on_move), which keeps every Parameter, so accelerate's prepare keeps the ties.
 PATCHES: tuple[LibraryPatch, ...] = (TRANSFORMERS_MASKS, TRANSFORMERS_SINGLE_PROCESS_GATHER, SAFETENSORS_SAVE,
-                                     ACCELERATE_STORAGE_IDS, ACCELERATE_RETIE)
+                                     ACCELERATE_STORAGE_IDS)
 
 
 # --- applying them after import -----------------------------------------------------------------------------

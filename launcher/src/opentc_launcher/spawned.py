@@ -1,10 +1,12 @@
-"""Diagnostics in the processes a script starts itself with `torch_xla.launch` or `xmp.spawn`.
+"""The worker's set-up and diagnostics in the processes a script starts itself with `torch_xla.launch` or
+`xmp.spawn`.
 
 Those run the training in new processes (multiprocessing's spawn) while the worker that started them
 compiles nothing. torch-xla starts them all through `torch_xla._internal.pjrt.run_multiprocess(fn, ...)`;
-the worker wraps `fn` there so that each new process, before the script's function runs, opens its own
-persistent cache folder, counts its own steps, honours the compilation limit, and writes its own compile
-report (`compile-report-rank<N>-spawned<K>.json`, K = the process's ordinal in torch-xla's world).
+the worker wraps `fn` there so that each new process, before the script's function runs, moves modules as its
+parent does (the parameter swap switch), opens its own persistent cache folder, counts its own steps, honours
+the compilation limit, and writes its own compile report (`compile-report-rank<N>-spawned<K>.json`, K = the
+process's ordinal in torch-xla's world).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class InSpawnedProcess:
     options: WorkerOptions
     parent: str        # the starting worker's process name, rank<N>
     error_dir: str     # where a process that stops itself leaves its reason for the starting worker
+    keep_parameters: bool   # the starting process's swap switch when it launched (the script may have set it)
 
     def __call__(self, *args, **kwargs):
         if not _attached.acquire(blocking=False):    # another device thread of this process has the session
@@ -64,7 +67,7 @@ class InSpawnedProcess:
                                   world_size=xr.world_size(), local_world_size=xr.local_process_count())
         # This process's own error record (the compilation limit writes one), read back by the starting worker.
         os.environ["TORCHELASTIC_ERROR_FILE"] = os.path.join(self.error_dir, f"{process}.json")
-        session = XlaSession.attach(self.options, identity, process)
+        session = XlaSession.attach(self.options, identity, process, self.keep_parameters)
         log.info("%s: started by the script (torch_xla.launch / xmp.spawn) on PJRT_DEVICE=%s", process,
                  self.options.xla_device)
         exit_code = exit_codes.FAILED
@@ -91,21 +94,24 @@ def _stopped_child(error_dir: str) -> SpawnedWorkerStopped | None:
 
 
 def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity) -> bool:
-    """Wrap torch-xla's process launcher so the processes it starts get this worker's diagnostics."""
+    """Wrap torch-xla's process launcher so the processes it starts get this worker's set-up and diagnostics."""
     from torch_xla._internal import pjrt
 
     original = pjrt.run_multiprocess
     params = inspect.signature(original).parameters
     if list(params)[:2] != ["fn", "args"] or "start_method" not in params:
         log.warning("torch-xla's run_multiprocess is not the one this launcher knows: processes started by "
-                    "torch_xla.launch / xmp.spawn get no compile report, cache or compilation limit")
+                    "torch_xla.launch / xmp.spawn get no compile report, cache, compilation limit or parameter "
+                    "swap switch")
         return False
     parent = f"rank{identity.rank}"
 
     def run_multiprocess(fn, *args, start_method="spawn", **kwargs):
+        from .xla_session import parameters_kept_on_move
+
         error_dir = tempfile.mkdtemp(prefix="opentc-spawned-")
         try:
-            return original(InSpawnedProcess(fn, options, parent, error_dir), *args,
+            return original(InSpawnedProcess(fn, options, parent, error_dir, parameters_kept_on_move()), *args,
                             start_method=start_method, **kwargs)
         except BrokenProcessPool as e:
             stopped = _stopped_child(error_dir)

@@ -58,21 +58,24 @@ class XlaSession:
         session = cls(options, identity, f"rank{identity.rank}")
         import torch_xla  # noqa: F401  (after the environment is final)
 
+        keep_parameters_on_move(True)
         session._prepare()
         if identity.world_size > 1 and options.xla_device != "CPU":
             init_xla_process_group()
-        if options.compile_report_dir or options.compile_cache_dir or options.max_compilations:
-            from .spawned import follow_spawned_processes
+        from .spawned import follow_spawned_processes
 
-            follow_spawned_processes(options, identity)
-        log.info("rank %d/%d: PyTorch/XLA ready on PJRT_DEVICE=%s", identity.rank, identity.world_size,
-                 options.xla_device)
+        follow_spawned_processes(options, identity)
+        log.info("rank %d/%d: PyTorch/XLA ready on PJRT_DEVICE=%s; modules keep their parameters (and tied "
+                 "weights) when moved to XLA: %s(True)", identity.rank, identity.world_size, options.xla_device,
+                 SWAP_SWITCH)
         return session
 
     @classmethod
-    def attach(cls, options: WorkerOptions, identity: WorkerIdentity, process: str) -> XlaSession:
+    def attach(cls, options: WorkerOptions, identity: WorkerIdentity, process: str,
+               keep_parameters: bool) -> XlaSession:
         """The diagnostics of a process the script started (torch_xla.launch, xmp.spawn), inside it: torch-xla
-        is imported and configured there already."""
+        is imported and configured there already. `keep_parameters`: the starting process's switch, at launch."""
+        keep_parameters_on_move(keep_parameters)
         session = cls(options, identity, process)
         session._prepare()
         return session
@@ -145,6 +148,26 @@ class XlaSession:
             import torch_xla.debug.metrics_saver as metrics_saver
 
             metrics_saver.save_metrics()
+
+
+SWAP_SWITCH = "torch.__future__.set_swap_module_params_on_conversion"
+
+
+def keep_parameters_on_move(keep: bool) -> None:
+    """torch's own switch for `Module.to()` / `_apply`: with it on, each parameter's contents are swapped in
+    place (torch.utils.swap_tensors) instead of the module getting a new Parameter. Without it, moving a model to
+    XLA unties tied weights (GPT-2's lm_head and wte become two parameters that train apart, and saving keeps only
+    one) and leaves an optimizer created before the move holding the old CPU tensors. Set before the script
+    runs, so a script that sets it itself (to False, say) has the last word."""
+    import torch
+
+    torch.__future__.set_swap_module_params_on_conversion(keep)
+
+
+def parameters_kept_on_move() -> bool:
+    import torch
+
+    return bool(torch.__future__.get_swap_module_params_on_conversion())
 
 
 def init_xla_process_group() -> None:
