@@ -62,15 +62,14 @@ RUN --mount=type=secret,id=ca --mount=type=bind,from=wheels,source=/wheels,targe
 
 # This repository's packages last: they change most often. Mounted, not copied, so no source tree stays in a
 # layer; no build isolation, so this step needs no network (setuptools is already in the venv).
-# /opt/opentc/bin comes first on PATH: its `train` is the toolkit's entry (opentc-train), which reads the job
-# itself, ahead of sagemaker-training's own `train`.
+# The toolkit's console script `train` (the entry that reads the job itself) replaces sagemaker-training's own,
+# installed by the layer above: the build fails if /opt/venv/bin/train is anything else.
 RUN --mount=type=bind,source=launcher,target=/tmp/opentc/launcher,rw \
     --mount=type=bind,source=toolkit,target=/tmp/opentc/toolkit,rw \
     pip install --no-cache-dir --no-build-isolation -c /opt/opentc/constraints.txt \
       /tmp/opentc/launcher /tmp/opentc/toolkit \
  && pip check \
- && mkdir -p /opt/opentc/bin \
- && ln -s /opt/venv/bin/opentc-train /opt/opentc/bin/train \
+ && grep -q "from opentc_toolkit.entry import main" /opt/venv/bin/train \
  && python -m opentc_toolkit.stack > /opt/opentc/stack-constraints.txt
 
 COPY container/entrypoint.sh container/help.py container/bash_env.sh README.md /opt/opentc/
@@ -112,9 +111,9 @@ LABEL org.opencontainers.image.title="opentc" \
 
 # The toolkit sets the XLA variables itself (PJRT_DEVICE, USE_TORCH_XLA, GPU_NUM_DEVICES, the debug switches)
 # and keeps any that are already set, so none of them is set here: a value here would look like the user's
-# choice. SAGEMAKER_TRAINING_MODULE: sagemaker-training's own `train`, if someone runs it, lands in the toolkit.
-ENV PATH=/opt/opentc/bin:${PATH} \
-    SAGEMAKER_TRAINING_MODULE=opentc_toolkit.entry:main \
+# choice. SAGEMAKER_TRAINING_MODULE: sagemaker-training's own entry (python -m sagemaker_training.cli.train), if
+# someone runs it, lands in the toolkit.
+ENV SAGEMAKER_TRAINING_MODULE=opentc_toolkit.entry:main \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 # Runtime defaults the toolkit does not manage:

@@ -5,11 +5,24 @@ names the input and what is accepted, nothing started, and no traceback of the t
 """
 
 import json
+import os
+import stat
+import sys
 
 import pytest
 
 from conftest import BIN, TRAINING_MODULE, logged_failure, run_train
 from opentc_launcher import exit_codes
+
+
+@pytest.fixture
+def sagemaker_training_entry(tmp_path):
+    """sagemaker-training's own entry, `python -m sagemaker_training.cli.train`, as a command `run_train` starts (its
+    console script `train` is replaced by the toolkit's when the toolkit installs)."""
+    command = tmp_path / "sagemaker-training-train"
+    command.write_text(f"#!/bin/sh\nexec {sys.executable} -m sagemaker_training.cli.train \"$@\"\n")
+    command.chmod(command.stat().st_mode | stat.S_IXUSR)
+    return command
 
 
 def bad_job(make_job, compiler=False):
@@ -99,15 +112,70 @@ def test_a_requirement_that_would_move_torch_is_refused_naming_the_pin(make_job)
                                         f"torch=={metadata.version('torch')})")
 
 
-def test_sagemaker_trainings_own_train_keeps_a_failing_exit_code(make_job):
-    """`train` from sagemaker-training with SAGEMAKER_TRAINING_MODULE lands in the toolkit, which ends the process
+def test_sagemaker_trainings_own_entry_keeps_a_failing_exit_code(make_job, sagemaker_training_entry):
+    """sagemaker-training's own entry with SAGEMAKER_TRAINING_MODULE lands in the toolkit, which ends the process
     with the job's exit code: the trainer's `finally` (sys.exit(0) when its bookkeeping fails) cannot replace it."""
     job = make_job()
     job.use_script("crash.py")
     job.drop_script_hyperparameters()
     job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
-    result = run_train(job, command=BIN / "train")
+    result = run_train(job, command=sagemaker_training_entry)
     assert result.returncode == exit_codes.FAILED, result.output[-3000:]
     assert "ValueError: batch 7 has 3 columns, expected 4" in job.failure.splitlines()[1]
     assert "Framework Error" not in result.output and "Framework Error" not in job.failure
     assert f"Imported framework {TRAINING_MODULE.split(':')[0]}" in result.output
+
+
+def test_every_train_installed_is_the_toolkits_and_fails_loudly_on_a_broken_job(make_job):
+    """sagemaker-training's own console script exits 0, printing nothing, when hyperparameters.json is not JSON and
+    output/ is missing (its failure-file write raises inside its except; its finally exits 0). The toolkit installs
+    a `train` of its own over it, so every `train` in the venv (and the image) is the toolkit's."""
+    assert "from opentc_toolkit.entry import main" in (BIN / "train").read_text()
+    job = bad_job(make_job)
+    (job.config / "hyperparameters.json").write_text("{not json")
+    assert not job.output.exists()
+    assert_refused(job, run_train(job, command=BIN / "train"), "hyperparameters.json cannot be read as JSON")
+
+
+@pytest.mark.parametrize("value,kind", [("3", "a JSON number"), ('["train.py"]', "a JSON array")])
+def test_a_sagemaker_program_that_is_not_a_string_is_named(make_job, value, kind):
+    job = bad_job(make_job)
+    job.write_hyperparameters({**job.hyperparameters(), "sagemaker_program": value})
+    assert_refused(job, run_train(job), f"hyperparameter sagemaker_program is {json.dumps(json.loads(value))} "
+                                        f"({kind}), not a string")
+
+
+@pytest.mark.parametrize("raw", ['"\\ud83d"', '"caf\\udce9"', '["ok", "\\ud800"]'], ids=["high", "low", "nested"])
+def test_a_hyperparameter_with_an_unpaired_surrogate_is_named(make_job, raw):
+    job = bad_job(make_job)
+    job.write_hyperparameters({**job.hyperparameters(), "note": raw})
+    assert_refused(job, run_train(job), "hyperparameter note holds an unpaired surrogate")
+
+
+def test_duplicate_hosts_are_refused(make_job):
+    job = bad_job(make_job)
+    job.set_hosts(["algo-1", "algo-2", "algo-1"], current="algo-1")
+    assert_refused(job, run_train(job), "\"hosts\" names 'algo-1' more than once")
+
+
+@pytest.mark.parametrize("port", ["70000", "0"])
+def test_a_master_port_out_of_range_is_named(make_job, port):
+    job = bad_job(make_job)
+    assert_refused(job, run_train(job, MASTER_PORT=port),
+                   f"environment variable MASTER_PORT='{port}' is not accepted: use a whole number from 1 to 65535")
+
+
+@pytest.mark.parametrize("what", ["folder", "dangling-link"])
+def test_a_program_that_is_not_a_file_is_called_what_it_is(make_job, what):
+    job = bad_job(make_job)
+    path = job.root / "code" / "entry.py"
+    if what == "folder":
+        path.mkdir()
+        expected = "training script 'entry.py' in {} is a folder, not a Python file"
+    else:
+        os.symlink("/nowhere/entry.py", path)
+        expected = "training script 'entry.py' in {} is a symbolic link to '/nowhere/entry.py', which does not exist"
+    job.set_hyperparameters(sagemaker_program="entry.py")
+    result = run_train(job)
+    assert_refused(job, result, expected.format(job.root / "code"))
+    assert "not found" not in job.failure

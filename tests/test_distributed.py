@@ -4,9 +4,15 @@ The hosts are two `train` processes on this machine, each with its own job folde
 named 127.0.0.1 and localhost so that both names resolve here, as algo-1 and algo-2 do on SageMaker.
 """
 
+import os
+import socket
 import subprocess
+import threading
+import time
 
-from conftest import free_port, run_train, start_train, stop
+import pytest
+
+from conftest import TRAIN, free_port, run_train, start_train, stop, train_env
 
 
 def distributed_job(make_job, name="", compiler=True, **hyperparameters):
@@ -102,3 +108,132 @@ def test_unreachable_peer_fails_naming_it(make_job):
     assert job.failure.startswith("Training not started: host algo-2.invalid could not be reached: its "
                                   "name did not resolve within 1 s")
     assert "OPENTC_PEER_TIMEOUT" in job.failure
+
+
+# What a Kubernetes pod or a wrapper may leave in the container's environment: another job's world.
+STALE_WORLD = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1",
+               "MASTER_ADDR": "10.255.255.1", "MASTER_PORT": "1234", "PET_NNODES": "4",
+               "TORCHELASTIC_RUN_ID": "someone-elses"}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_toolkit_decides_the_world_whatever_the_container_had(make_job, workers):
+    """A stale world (and stale SM_* variables) never reaches the workers: one worker gets no world at all (as
+    `python train.py` would), several get the world opentc-run makes; the log names each variable it replaced."""
+    job = make_job()
+    job.use_script("world_of_one.py")
+    job.drop_script_hyperparameters()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=False,
+                            sagemaker_pytorch_xla_multi_worker_enabled=workers > 1)
+    result = run_train(job, timeout=180, OPENTC_WORKERS_PER_HOST=str(workers), SM_MODEL_DIR="/tmp/elsewhere",
+                       SM_CHANNEL_TRAIN="/nowhere", **STALE_WORLD)
+    assert result.returncode == 0, result.output[-4000:]
+    for rank in range(workers):
+        found = job.read_json(f"model/world-rank{rank}.json")   # in the job's model folder, not /tmp/elsewhere
+        assert found["SM_CHANNEL_TRAIN"] == str(job.root / "input" / "data" / "train"), found
+        assert found["PET_NNODES"] is None and found["TORCHELASTIC_RUN_ID"] != "someone-elses", found
+        if workers == 1:
+            assert {k: v for k, v in found.items() if k in STALE_WORLD and v is not None} == {}, found
+            continue
+        assert (found["RANK"], found["WORLD_SIZE"], found["world"]) == (str(rank), str(workers), workers), found
+        assert found["all_reduce_sum"] == sum(range(1, workers + 1))
+        assert found["MASTER_ADDR"] == "127.0.0.1" and found["MASTER_PORT"] != "1234", found
+    assert "Found pre-existing RANK=3: " in result.output
+    assert f"Found pre-existing SM_MODEL_DIR=/tmp/elsewhere: replaced by SM_MODEL_DIR={job.model}" in result.output
+
+
+def test_a_single_xla_worker_ignores_a_stale_world(make_job):
+    job = make_job()
+    result = run_train(job, **STALE_WORLD)
+    assert result.returncode == 0, result.output[-4000:]
+    assert "rank 0/1: PyTorch/XLA ready" in result.output
+    assert "unsynchronized" not in result.output and "rank1" not in result.output
+    assert (job.compiler_output / "compile-report-rank0.json").exists()
+
+
+class SilentService:
+    """Something else listening on the rendezvous port: it accepts connections and never answers."""
+
+    def __init__(self):
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(8)
+        self.port = self.server.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.server.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        for conn in self.held:
+            conn.close()
+        self.server.close()
+
+
+@pytest.mark.parametrize("current", ["127.0.0.1", "localhost"], ids=["first-host", "second-host"])
+def test_a_rendezvous_port_held_by_another_program_ends_with_exit_3_naming_it(make_job, current):
+    """The first host cannot listen (the port is in use); the second connects to the other program, which never
+    answers: both end, bounded by OPENTC_PEER_TIMEOUT, with exit code 3 and the host and port named."""
+    service = SilentService()
+    try:
+        job = distributed_job(make_job, compiler=False)
+        job.set_hosts(["127.0.0.1", "localhost"], current=current)
+        result = run_train(job, timeout=120, MASTER_PORT=str(service.port), OPENTC_PEER_TIMEOUT="3")
+    finally:
+        service.close()
+    assert result.returncode == 3, result.output[-4000:]
+    assert result.seconds < 60, result.seconds
+    lines = job.failure.splitlines()
+    assert lines[0] == ("Training failed before any training script ran: the launcher ended with exit code 3 on "
+                        f"host {current}."), job.failure
+    endpoint = f"127.0.0.1:{service.port}"
+    if current == "127.0.0.1":
+        assert lines[1].startswith(f"the operating system refused the rendezvous port: {endpoint} is already in "
+                                   f"use by another program"), job.failure
+    else:
+        assert lines[1].startswith(f"the hosts never met: no rendezvous with {endpoint} within 18 s"), job.failure
+    assert not (job.model / "env-rank0.json").exists()
+
+
+@pytest.fixture
+def process_limit():
+    """A pids cgroup (v1) of at most 60 tasks to run a command in: a fork beyond it fails with EAGAIN, as under a
+    container's or a user's process limit. Needs root and the pids controller (CI has both)."""
+    root = "/sys/fs/cgroup/pids"
+    if os.getuid() != 0 or not os.path.isdir(root):
+        pytest.skip("a pids cgroup needs root and the cgroup v1 pids controller")
+    folder = os.path.join(root, f"opentc-test-{os.getpid()}")
+    os.mkdir(folder)
+    try:
+        with open(os.path.join(folder, "pids.max"), "w") as f:
+            f.write("60")
+        yield os.path.join(folder, "cgroup.procs")
+    finally:
+        for _ in range(50):
+            try:
+                os.rmdir(folder)
+                break
+            except OSError:   # its last processes are still exiting
+                time.sleep(0.2)
+
+
+def test_a_fork_the_os_refuses_is_named_as_such(make_job, process_limit):
+    job = distributed_job(make_job, compiler=False)
+
+    def join_cgroup():
+        with open(process_limit, "w") as f:
+            f.write(str(os.getpid()))
+
+    proc = subprocess.run([str(TRAIN)], env=train_env(job, OPENTC_WORKERS_PER_HOST="100"), cwd=str(job.root),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+                          preexec_fn=join_cgroup)
+    assert proc.returncode == 2, proc.stdout[-4000:]
+    assert job.failure.startswith("Training not started: the operating system refused to start the workers "
+                                  "(100 worker(s) on this host): BlockingIOError"), job.failure
+    assert "OPENTC_WORKERS_PER_HOST" in job.failure and "rendezvous" not in job.failure
+    assert "training script ended" not in job.failure

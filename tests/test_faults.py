@@ -229,3 +229,59 @@ def test_two_single_host_launches_on_one_machine_both_succeed(tmp_path):
     assert len(ports) == 2 and "29500" not in ports, ports
     # on the loopback address, never this host's name (a container without a network cannot resolve it)
     assert {r["MASTER_ADDR"] for r in reports} == {"127.0.0.1"}
+
+
+def test_a_message_with_a_file_name_that_is_not_utf8_is_written_escaped(make_job):
+    job = plain_job(make_job, "undecodable_name.py")
+    result = run_train(job)
+    assert result.returncode == exit_codes.FAILED, result.output[-3000:]
+    reason = job.failure[:FAILURE_REASON]
+    assert reason.splitlines()[1] == "ValueError: cannot parse caf\\udce9.csv", reason   # escaped, never lost
+    assert "Reporting training FAILURE" in result.output and "Logging error" not in result.output
+    assert_log_ends_with_the_failure(result, job)
+
+
+def test_an_exception_whose_str_raises_is_named_by_its_type(make_job):
+    job = plain_job(make_job, "unprintable_exception.py")
+    result = run_train(job)
+    assert result.returncode == exit_codes.FAILED, result.output[-3000:]
+    reason = job.failure[:FAILURE_REASON]
+    assert reason.splitlines()[1].startswith("ShardError: <exception str() failed>"), reason
+    assert "opentc_launcher" not in job.failure and "in load" in job.failure   # the script's frames, not ours
+    assert_log_ends_with_the_failure(result, job)
+
+
+def test_a_script_that_wrote_failure_but_exited_0_leaves_one_verdict_with_its_words(make_job):
+    job = plain_job(make_job, "verdicts.py")
+    job.set_hyperparameters(case="failure_then_exit0")
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-3000:]
+    assert not (job.output / "failure").exists()
+    assert "my own reason: the validation accuracy stayed at 0.1" in (job.output / "success").read_text()
+    assert "wrote" in result.output and "but exited 0" in result.output
+
+
+def test_a_script_that_wrote_success_then_crashed_leaves_one_verdict(make_job):
+    job = plain_job(make_job, "verdicts.py")
+    job.set_hyperparameters(case="success_then_crash")
+    result = run_train(job)
+    assert result.returncode == exit_codes.FAILED, result.output[-3000:]
+    assert not (job.output / "success").exists()
+    assert job.failure.splitlines()[1] == "RuntimeError: the upload after training failed"
+    assert "The training script had written output/success before it failed:\nepoch 3 done" in job.failure
+
+
+@pytest.mark.parametrize("index,cause", [
+    ("http://127.0.0.1:9/simple", "Connection refused"),
+    ("https://index.invalid/simple", "Failed to resolve 'index.invalid'"),
+], ids=["refused", "no-dns"])
+def test_an_unreachable_package_index_is_named_first(make_job, index, cause):
+    job = plain_job(make_job, "argv_echo.py")
+    (job.root / "code" / "requirements.txt").write_text("opentc-never-published-package==1.0\n")
+    result = run_train(job, PIP_INDEX_URL=index, PIP_FIND_LINKS="", PIP_EXTRA_INDEX_URL="",
+                       PIP_CONFIG_FILE=os.devnull, PIP_RETRIES="1", PIP_TIMEOUT="2")
+    assert result.returncode == exit_codes.FAILED, result.output[-3000:]
+    lines = job.failure[:FAILURE_REASON].splitlines()
+    assert lines[1].startswith("the package index could not be reached (/simple/opentc-never-published-package/)")
+    assert cause in lines[1], lines
+    assert "No matching distribution found" in job.failure     # pip's own words follow

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import BIN, SCRIPTS, clean_env, free_port
 from opentc_launcher.commands import run_command, worker_command
 
@@ -118,4 +120,28 @@ def test_user_files_cannot_shadow_the_launcher(tmp_path):
 def test_missing_script_is_named(tmp_path):
     result = run([BIN / "opentc-worker", "--runtime", "torch", tmp_path / "nope.py"], tmp_path)
     assert result.returncode == 2
-    assert f"training script not found: {tmp_path / 'nope.py'}" in result.stdout
+    assert f"training script {tmp_path / 'nope.py'} does not exist" in result.stdout
+    (tmp_path / "folder.py").mkdir()
+    result = run([BIN / "opentc-worker", "--runtime", "torch", tmp_path / "folder.py"], tmp_path)
+    assert result.returncode == 2
+    assert f"training script {tmp_path / 'folder.py'} is a folder, not a Python file" in result.stdout
+
+
+@pytest.mark.parametrize("options,env,expected", [
+    (["--standalone", "--nproc-per-node", "0"], {},
+     "--nproc-per-node '0' is not accepted: use a whole number >= 1"),
+    (["--nnodes", "1", "--nproc-per-node", "1"], {"MASTER_PORT": "70000"},
+     "MASTER_PORT='70000' is not accepted: use a whole number from 1 to 65535"),
+    (["--nnodes", "1", "--nproc-per-node", "1", "--master-port", "0"], {},
+     "--master-port 0 is not accepted: use a TCP port from 1 to 65535"),
+    (["--nnodes", "2", "--node-rank", "2", "--nproc-per-node", "1"], {},
+     "--node-rank (or NODE_RANK) 2 is not accepted: use 0 to 1 for --nnodes 2"),
+], ids=["nproc-0", "master-port-variable", "master-port-option", "node-rank"])
+def test_a_bad_launch_value_is_exit_2_naming_it_not_a_rendezvous_failure(tmp_path, options, env, expected):
+    result = run([BIN / "opentc-run", *options, "--runtime", "torch", "--failure-report", tmp_path / "failure.json",
+                  SCRIPTS / "report_env.py"], tmp_path, timeout=60, **env)
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert expected in result.stdout and "rendezvous" not in result.stdout, result.stdout[-3000:]
+    record = json.loads((tmp_path / "failure.json").read_text())
+    assert record["stage"] == "launch" and record["exit_code"] == 2 and expected in record["summary"]
+    assert not (tmp_path / "env-rank0.json").exists()

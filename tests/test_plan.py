@@ -24,7 +24,7 @@ def job(hosts=("algo-1",), current="algo-1", gpus=0, args=("--epochs", "3"), scr
 
 
 def plan(j, settings, env=None, launch=None):
-    return build_plan(j, settings, launch or LaunchSettings(), env or {}, "/opt/ml/code/train.py",
+    return build_plan(j, settings, launch or LaunchSettings(), env or {}, "/opt/ml/code/train.py", "/opt/ml/code",
                       "/tmp/scratch", python=PY)
 
 
@@ -151,3 +151,22 @@ def test_cache_folder_defaults_under_checkpoints():
     assert option(p.command.argv, "--compile-report-dir") == "/opt/ml/output/data/compiler"
     p = plan(job(), CompilerSettings(enabled=True, cache=False))
     assert option(p.command.argv, "--compile-cache-dir") == ""
+
+
+STALE = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "1234",
+         "PET_NNODES": "4", "TORCHELASTIC_RUN_ID": "old", "PJRT_LOCAL_PROCESS_RANK": "3"}
+
+
+@pytest.mark.parametrize("multi_worker", [False, True])
+def test_a_stale_world_in_the_environment_never_reaches_the_launch(multi_worker):
+    p = plan(job(gpus=2), CompilerSettings(enabled=True, multi_worker=multi_worker), env={**STALE, "HOME": "/root"})
+    assert not set(STALE) & set(p.command.env), p.command.env   # one worker: none; several: opentc-run's own
+    assert p.command.env["HOME"] == "/root"
+    assert dict(p.replaced_variables) == STALE
+
+
+def test_sm_variables_describe_this_job_and_replace_preset_ones():
+    j = job(script_env={"SM_MODEL_DIR": "/opt/ml/model", "SM_HPS": "{}"})
+    p = plan(j, CompilerSettings(), env={"SM_MODEL_DIR": "/elsewhere", "SM_HPS": "{}", "SM_EXTRA": "mine"})
+    assert p.command.env["SM_MODEL_DIR"] == "/opt/ml/model" and p.command.env["SM_EXTRA"] == "mine"
+    assert dict(p.replaced_variables) == {"SM_MODEL_DIR": "/elsewhere"}   # the same value is no replacement

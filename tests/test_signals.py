@@ -36,14 +36,15 @@ def assert_written_before_signal_intact(job, workers):
         assert (job.model / f"partial-rank{rank}.bin").read_text() == "model so far"
 
 
-def sigterm_once_started(job, tmp_path, workers=1, **env):
-    """Start `train`, wait for its workers, send it SIGTERM; returns (worker pids, exit code, seconds, log)."""
+def sigterm_once_started(job, tmp_path, workers=1, signum=signal.SIGTERM, **env):
+    """Start `train`, wait for its workers, send it SIGTERM (or `signum`); returns (worker pids, exit code,
+    seconds, log)."""
     log = tmp_path / "train.log"
     proc = start_train(job, log, **env)
     try:
         pids = started(job, workers, proc, log)
         sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         code = proc.wait(timeout=60)
         return pids, code, time.monotonic() - sent, log.read_text()
     finally:
@@ -59,6 +60,19 @@ def test_sigterm_stops_a_single_worker_cleanly(make_job, tmp_path):
     assert not pid_alive(pids[0])
     assert job.failure.startswith("Training stopped: SIGTERM received")
     assert "the workers ended within the grace period" in job.failure
+    assert_written_before_signal_intact(job, 1)
+
+
+def test_sighup_from_a_closed_terminal_is_a_stop_and_the_scripts_finally_runs(make_job, tmp_path):
+    job = long_job(make_job)
+    pids, code, waited, log = sigterm_once_started(job, tmp_path, signum=signal.SIGHUP, OPENTC_TERMINATION_GRACE="30")
+    assert code == 128 + signal.SIGHUP, log[-3000:]
+    assert waited < 10
+    assert (job.model / "finally-rank0").exists()        # the worker got SIGTERM, not SIGKILL
+    assert not pid_alive(pids[0])
+    assert job.failure.startswith("Training stopped: SIGHUP received (the terminal or ssh session that ran train "
+                                  "closed)"), job.failure
+    assert "received SIGHUP: stopping the workers" in log
     assert_written_before_signal_intact(job, 1)
 
 

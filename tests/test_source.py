@@ -130,3 +130,41 @@ def test_missing_submit_directory(make_job, tmp_path):
     result = run_train(job)
     assert result.returncode == 2
     assert "does not exist" in job.failure and "nothing-here.tar.gz" in job.failure
+
+
+def test_a_file_uri_is_percent_decoded(make_job, source_dir, tmp_path):
+    folder = tmp_path / "with space"
+    folder.mkdir()
+    archive = tarball(source_dir, folder / "src.tar.gz")
+    job = job_with_source(make_job, f"file://{str(archive).replace(' ', '%20')}")
+    assert_ran_with_dependency(job, run_train(job))
+
+
+def test_submitted_code_wins_over_files_already_in_the_code_folder(make_job, source_dir, tmp_path):
+    """Code baked into /opt/ml/code (README's "Extend it") or left by an earlier run, plus a job that submits other
+    code: the submitted code runs, the log says so and from where, and the code folder is left as it was."""
+    job = job_with_source(make_job, "")
+    stale = "open(__import__('os').environ['SM_MODEL_DIR'] + '/dep.txt', 'w').write('the old code ran')\n"
+    (job.root / "code" / "entry.py").write_text(stale)
+    (job.root / "code" / "helper.py").write_text("# baked into the image\n")
+    for submitted in (str(source_dir), f"file://{tarball(source_dir, tmp_path / 'sourcedir.tar.gz')}"):
+        job.set_hyperparameters(sagemaker_submit_directory=submitted)
+        result = run_train(job)
+        assert result.returncode == 0, result.output[-4000:]
+        assert (job.model / "dep.txt").read_text() == "installed from requirements.txt"   # the new code ran
+        assert f"the code folder {job.root / 'code'} already holds files (entry.py, helper.py)" in result.output
+        assert f"sagemaker_submit_directory names other code ({submitted}): the submitted code runs" in result.output
+        assert (job.root / "code" / "entry.py").read_text() == stale                     # nothing overwritten
+        assert sorted(p.name for p in (job.root / "code").iterdir()) == ["entry.py", "helper.py"]
+
+
+def test_an_updated_tarball_reruns_the_update_in_a_job_folder_used_twice(make_job, source_dir, tmp_path):
+    job = job_with_source(make_job, f"file://{tarball(source_dir, tmp_path / 'v1.tar.gz')}")
+    assert_ran_with_dependency(job, run_train(job))                  # extracted into the empty code folder
+    (source_dir / "entry.py").write_text(
+        "import os\nopen(os.path.join(os.environ['SM_MODEL_DIR'], 'dep.txt'), 'w').write('version 2')\n")
+    job.set_hyperparameters(sagemaker_submit_directory=f"file://{tarball(source_dir, tmp_path / 'v2.tar.gz')}")
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-4000:]
+    assert (job.model / "dep.txt").read_text() == "version 2"
+    assert "the submitted code runs" in result.output

@@ -61,16 +61,17 @@ def test_environment_for_sagemaker_and_nothing_the_toolkit_sets(image):
     assert env["SAGEMAKER_TRAINING_MODULE"] == "opentc_toolkit.entry:main"
     assert env["PIP_CONSTRAINT"] == "/opt/opentc/stack-constraints.txt"
     assert env["PYTHONUNBUFFERED"] == "1" and env["PYTHONDONTWRITEBYTECODE"] == "1"
-    assert env["PATH"].startswith("/opt/opentc/bin:/opt/venv/bin:")
+    assert env["PATH"].startswith("/opt/venv/bin:")
     assert not TOOLKIT_MANAGED & set(env), "the toolkit sets these per job"
     assert not {"PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE"} & set(env)
     assert config["Entrypoint"] == ["/usr/bin/tini", "--", "/opt/opentc/entrypoint.sh"]
     found = in_image(image, "import json, shutil; print(json.dumps([shutil.which(c) for c in "
                             "('train', 'opentc-train', 'opentc-run', 'opentc-worker', 'python')]"
                             " + [__import__('os').path.realpath(shutil.which('train'))]))")
-    # `train` is the toolkit's own entry (it reads the job itself), ahead of sagemaker-training's
-    assert found == ["/opt/opentc/bin/train", "/opt/venv/bin/opentc-train", "/opt/venv/bin/opentc-run",
-                     "/opt/venv/bin/opentc-worker", "/opt/venv/bin/python", "/opt/venv/bin/opentc-train"]
+    # `train` is the toolkit's own entry (it reads the job itself): it replaced sagemaker-training's
+    assert found == ["/opt/venv/bin/train", "/opt/venv/bin/opentc-train", "/opt/venv/bin/opentc-run",
+                     "/opt/venv/bin/opentc-worker", "/opt/venv/bin/python", "/opt/venv/bin/train"]
+    assert "from opentc_toolkit.entry import main" in run(image, "cat", "/opt/venv/bin/train").stdout
 
 
 def test_labels_name_the_versions_inside_and_constraints_hold(image):

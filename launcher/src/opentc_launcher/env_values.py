@@ -13,19 +13,22 @@ class BadEnvironmentValue(ValueError):
     """An environment variable's value is not accepted; the message names it and what is accepted."""
 
 
+MAX_PORT = 65535
+
+
 @overload
 def number_from_env(env: Mapping[str, str], name: str, kind: type[Number], default: Number,
-                    minimum: int | float = 0) -> Number: ...
+                    minimum: int | float = 0, maximum: int | float | None = None) -> Number: ...
 
 
 @overload
 def number_from_env(env: Mapping[str, str], name: str, kind: type[Number], default: None,
-                    minimum: int | float = 0) -> Number | None: ...
+                    minimum: int | float = 0, maximum: int | float | None = None) -> Number | None: ...
 
 
 def number_from_env(env: Mapping[str, str], name: str, kind: type[Number], default: Number | None,
-                    minimum: int | float = 0) -> Number | None:
-    """`env[name]` as an int or float >= minimum, or `default` when it is unset or empty.
+                    minimum: int | float = 0, maximum: int | float | None = None) -> Number | None:
+    """`env[name]` as an int or float from minimum to maximum, or `default` when it is unset or empty.
 
     Non-finite values (nan, inf) are refused: a grace period of nan would never end.
     """
@@ -37,7 +40,8 @@ def number_from_env(env: Mapping[str, str], name: str, kind: type[Number], defau
         value = kind(text)
     except ValueError:
         value = None
-    if value is None or not math.isfinite(value) or value < minimum:
+    if value is None or not math.isfinite(value) or value < minimum or (maximum is not None and value > maximum):
         what = "a whole number" if kind is int else "a finite number"
-        raise BadEnvironmentValue(f"environment variable {name}={text!r} is not accepted: use {what} >= {minimum}.")
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+        raise BadEnvironmentValue(f"environment variable {name}={text!r} is not accepted: use {what} {bounds}.")
     return value

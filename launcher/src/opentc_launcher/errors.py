@@ -56,6 +56,20 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def safe_str(exc: BaseException) -> str:
+    """str(exc), or its type name and a safe repr when its own __str__ raises (the message is the user's code)."""
+    try:
+        return str(exc)
+    except Exception as e:  # noqa: BLE001  (anything the user's __str__ raises)
+        return f"<{type(exc).__name__}.__str__ raised {type(e).__name__}; repr: {object.__repr__(exc)}>"
+
+
+def printable(text: str) -> str:
+    """`text` with what cannot be written as UTF-8 (lone surrogates, from a file name that is not UTF-8) escaped
+    as \\udcff, so a message about it can always be logged and written."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def summarize_exception(exc: BaseException) -> str:
     """The line a user needs first: the exception, and the error that started it when it was re-raised.
 
@@ -64,7 +78,7 @@ def summarize_exception(exc: BaseException) -> str:
     further down. Either way the original error's own line goes first.
     """
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    message = str(exc)
+    message = safe_str(exc)
     if _ORIGINAL_TRACEBACK in message:
         original = _last_line(message.split(_ORIGINAL_TRACEBACK, 1)[1])
         where = message.split(_ORIGINAL_TRACEBACK, 1)[0].strip()
@@ -87,6 +101,11 @@ def tail(text: str, limit: int = TAIL_CHARS) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
+# FailureRecord.stage: where a launch failed.
+WORKERS = "workers"   # a worker (the training script) failed
+LAUNCH = "launch"     # the launcher itself, before any training script ran: its options, the rendezvous, the OS
+
+
 @dataclass(frozen=True)
 class FailureRecord:
     """The failure that ended a launch: which worker, its exit code, and what it said."""
@@ -96,6 +115,7 @@ class FailureRecord:
     summary: str = ""
     traceback: str = ""
     stderr_tail: str = ""
+    stage: str = WORKERS
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

@@ -17,12 +17,21 @@ import os
 import sys
 import tempfile
 import uuid
+from dataclasses import dataclass
 from typing import NoReturn
 
 from . import exit_codes
 from .commands import worker_command
 from .decision import LaunchRefused, decide, unsynchronized_warning, visible_gpu_count
-from .errors import FailureRecord, read_error_file, tail
+from .env_values import MAX_PORT
+from .errors import LAUNCH, FailureRecord, read_error_file, tail
+from .launch_checks import (
+    WATCHDOG_MARGIN,
+    RendezvousWatchdog,
+    classify_launch_error,
+    option_problem,
+    rendezvous_timeout,
+)
 from .options import WorkerOptions, add_worker_arguments
 from .worker import configure_logging
 
@@ -34,18 +43,23 @@ log = logging.getLogger("opentc_launcher")
 STANDARD_VARIABLES = {"master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT", "node_rank": "NODE_RANK"}
 
 
+@dataclass(frozen=True)
+class FromVariable:
+    """A default taken from a standard variable, checked and converted after parsing (resolve_standard_variables),
+    so that a bad value is named by its variable."""
+
+    variable: str
+    text: str
+
+
 def build_parser(env=os.environ):
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
     for dest, variable in STANDARD_VARIABLES.items():
         if f"PET_{dest.upper()}" not in env and env.get(variable, "").strip():
-            value = env[variable].strip()
-            if dest != "master_addr":
-                if not value.isdigit():
-                    parser.error(f"{variable}={value!r} is not accepted: use a whole number")
-                value = int(value)
-            parser.set_defaults(**{dest: value})
+            # Not a string, so argparse does not convert it: a bad value reaches resolve_standard_variables.
+            parser.set_defaults(**{dest: FromVariable(variable, env[variable].strip())})
     parser.prog = "opentc-run"
     parser.description = ("Launch a training script on PyTorch/XLA, one worker per device, "
                           "with torchrun's options.")
@@ -53,6 +67,24 @@ def build_parser(env=os.environ):
     parser.add_argument("--failure-report", default="", metavar="FILE",
                         help="when a worker fails, write the failure (rank, exit code, error) to FILE as JSON")
     return parser
+
+
+def resolve_standard_variables(args) -> str | None:
+    """Replace the defaults that came from MASTER_ADDR, MASTER_PORT and NODE_RANK by their values; the first one
+    that is not accepted, in words, or None."""
+    for dest in STANDARD_VARIABLES:
+        value = getattr(args, dest)
+        if not isinstance(value, FromVariable):
+            continue
+        if dest == "master_addr":
+            setattr(args, dest, value.text)
+            continue
+        low, high = (1, MAX_PORT) if dest == "master_port" else (0, None)
+        if not value.text.isdigit() or int(value.text) < low or (high is not None and int(value.text) > high):
+            bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+            return f"{value.variable}={value.text!r} is not accepted: use a whole number {bounds}."
+        setattr(args, dest, int(value.text))
+    return None
 
 
 def apply_standalone(args) -> None:
@@ -102,9 +134,14 @@ def write_failure_report(path: str, record: FailureRecord) -> None:
             f.write(record.to_json())
 
 
-def _fail(args, exit_code: int, message: str) -> NoReturn:
+def _report_launch_failure(args, exit_code: int, message: str) -> None:
     log.error("%s", message)
-    write_failure_report(args.failure_report, FailureRecord(exit_code=exit_code, summary=message))
+    write_failure_report(args.failure_report, FailureRecord(exit_code=exit_code, summary=message, stage=LAUNCH))
+
+
+def _fail(args, exit_code: int, message: str) -> NoReturn:
+    """The launch failed before any training script ran."""
+    _report_launch_failure(args, exit_code, message)
     sys.exit(exit_code)
 
 
@@ -121,6 +158,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, determine_local_world_size, parse_min_max_nnodes
 
+    problem = resolve_standard_variables(args) or option_problem(args)
+    if problem:
+        _fail(args, exit_codes.BAD_INPUT, problem)
     apply_standalone(args)
     script, script_args, as_module = args.training_script, list(args.training_script_args), args.module
     # Keep each worker's stderr in a file as well as on the console: the tail of a failed worker's
@@ -148,7 +188,21 @@ def main(argv: list[str] | None = None) -> NoReturn:
         args.module = True
         args.training_script, args.training_script_args = worker[2], worker_args
     config, cmd, cmd_args = config_from_args(args)
+    endpoint = f"{args.master_addr}:{args.master_port}" if not args.rdzv_endpoint else args.rdzv_endpoint
+    node = f"node rank {args.node_rank} of {args.nnodes}"
 
+    def rendezvous_never_completed(seconds: float) -> None:
+        _report_launch_failure(args, exit_codes.PEERS_UNREACHABLE, (
+            f"the hosts never met: no rendezvous with {endpoint} within {seconds:g} s ({node}). Either that host "
+            f"has not started its launcher (see its log), or another program holds the port there and accepted "
+            f"the connection without answering: set MASTER_PORT to a free port. OPENTC_PEER_TIMEOUT (or "
+            f"--rdzv-conf timeout=N) sets how long to wait."))
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(exit_codes.PEERS_UNREACHABLE)   # the main thread is blocked inside torch's store client
+
+    watchdog = RendezvousWatchdog(rendezvous_timeout(args.rdzv_conf) + WATCHDOG_MARGIN, rendezvous_never_completed)
+    watchdog.start()
     try:
         elastic_launch(config, cmd)(*cmd_args)
     except ChildFailedError as e:
@@ -160,11 +214,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except SignalException as e:  # this launcher was stopped; torch has already stopped the workers
         log.error("stopped by %s", e.sigval.name)
         sys.exit(exit_codes.of_signal(e.sigval))
-    except Exception as e:  # rendezvous and store errors: the peers never met
-        endpoint = f"{args.master_addr}:{args.master_port}" if not args.rdzv_endpoint else args.rdzv_endpoint
-        _fail(args, exit_codes.PEERS_UNREACHABLE,
-              f"rendezvous with {endpoint} failed (node rank {args.node_rank} of {args.nnodes}): "
-              f"{type(e).__name__}: {e}")
+    except Exception as e:  # before the workers' scripts could report: the OS, or the peers never met
+        _fail(args, *classify_launch_error(e, endpoint, node, f"{args.nproc_per_node} worker(s)"))
+    finally:
+        watchdog.disarm()
     sys.exit(exit_codes.OK)
 
 

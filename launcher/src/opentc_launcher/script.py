@@ -8,6 +8,19 @@ import runpy
 import sys
 
 
+def why_not_a_script(path: str) -> str | None:
+    """None when `path` is a file Python can run; else what it is instead, in words."""
+    if os.path.isfile(path):
+        return None
+    if os.path.isdir(path):
+        return "is a folder, not a Python file"
+    if os.path.islink(path):
+        return f"is a symbolic link to {os.readlink(path)!r}, which does not exist"
+    if os.path.lexists(path):
+        return "is not a regular file"
+    return "does not exist"
+
+
 def has_main_guard(source: bytes) -> bool:
     """Whether the module has a top-level `if __name__ == "__main__":` block."""
     try:

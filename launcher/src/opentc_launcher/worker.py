@@ -22,7 +22,7 @@ from .env_values import BadEnvironmentValue
 from .errors import record_error, summarize_exception
 from .options import WorkerOptions, add_worker_arguments
 from .runtime import WorkerIdentity
-from .script import run_module, run_script
+from .script import run_module, run_script, why_not_a_script
 from .spawned import SpawnedWorkerStopped
 
 log = logging.getLogger("opentc_launcher")
@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     args = build_parser().parse_args(argv)
     die_with_parent()
     options = WorkerOptions.from_namespace(args)
-    if not args.module and not os.path.isfile(args.script):
-        refuse(f"training script not found: {args.script}")
+    problem = None if args.module else why_not_a_script(args.script)
+    if problem:
+        refuse(f"training script {args.script} {problem}")
     session = None
     try:
         identity = WorkerIdentity.from_env(os.environ)

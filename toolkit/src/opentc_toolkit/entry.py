@@ -61,6 +61,11 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
             log.warning("%s is ignored: the compiler is off", DEBUG)
     for name, value in plan.kept_variables.items():
         log.info("Found pre-existing configuration %s=%s: keeping it", name, value)
+    for name, value in sorted(plan.replaced_variables.items()):
+        new = plan.command.env.get(name)
+        log.warning("Found pre-existing %s=%s: %s, because it describes this job, which the toolkit decides from "
+                    "the job's files and its launch plan", name, value,
+                    f"replaced by {name}={new}" if new is not None else "not passed on")
     if job.is_multi_host and not settings.multi_worker:
         log.warning("%d hosts but %s is off: every host trains on its own, without synchronising with the "
                     "others", len(job.hosts), MULTI_WORKER)
@@ -86,13 +91,13 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
                 raise JobConfigError(f"the job folder cannot hold its output: {folder} cannot be created "
                                      f"({e}); model/ and output/ must be writable folders.") from None
         with tempfile.TemporaryDirectory(prefix="opentc-") as scratch:
-            code = fetch_code(job)
+            code = fetch_code(job, scratch)
             adapted = adapt_aws_launcher(job, settings, code)
             if adapted is not None:   # the job as AWS's torch_xla.distributed.sm_dist would have run it
                 log.info("%s", adapted.summary)
                 job, settings = adapted.job, adapted.settings
             install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
-            plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), scratch)
+            plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), code, scratch)
             if settings.enabled:
                 os.makedirs(job.paths.compiler_output, exist_ok=True)
             announce(job, settings, plan, base_env)
@@ -126,6 +131,11 @@ def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
 
 
 def configure_logging() -> None:
+    # Non-text in a message (a file name that is not UTF-8, through os.listdir) is written escaped, never
+    # raised: the log is where a failure is told.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     from sagemaker_training import logging_config
 
     logging_config.configure_logger(logging.INFO)

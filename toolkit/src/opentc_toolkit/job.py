@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
+from opentc_launcher.errors import printable
+
 from .errors import JobConfigError
 from .model_trainer import ModelTrainerSource, read_model_trainer_source
 
@@ -128,6 +130,50 @@ def _check_hyperparameter_names(raw: Mapping[str, Any]) -> None:
         if "\0" in text or "\\u0000" in text:
             raise JobConfigError(f"hyperparameter {key} holds a NUL character, which no command line or "
                                  f"environment variable can carry: remove it.")
+        if not _is_text(key):
+            raise JobConfigError(f"hyperparameter name {printable(key)!r} holds an unpaired surrogate (a \\ud800 to "
+                                 f"\\udfff escape with no partner), which is not text: use valid UTF-8.")
+
+
+def _is_text(value: Any) -> bool:
+    """Whether every string in a (decoded JSON) value is valid Unicode text: no unpaired surrogate, which no
+    command line, environment variable or file written as UTF-8 can carry."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_is_text(k) and _is_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_is_text(v) for v in value)
+    return True
+
+
+# sagemaker-training's own keys that must be strings (a script name, a URI), as the SDK writes them.
+STRING_KEYS = ("sagemaker_program", "sagemaker_submit_directory")
+
+
+def _check_decoded_values(decoded: Mapping[str, Any]) -> None:
+    for key, value in decoded.items():
+        if not _is_text(value):
+            shown = printable(json.dumps(value, ensure_ascii=False))[:80]
+            raise JobConfigError(
+                f"hyperparameter {key} holds an unpaired surrogate ({shown}: a \\ud800 to \\udfff escape with no "
+                f"partner), which is not text: no command line or environment variable can carry it. Use valid "
+                f"UTF-8 text.")
+    for key in STRING_KEYS:
+        if key in decoded and not isinstance(decoded[key], str):
+            raise JobConfigError(
+                f"hyperparameter {key} is {json.dumps(decoded[key])[:80]} (a JSON {_json_kind(decoded[key])}), "
+                f"not a string: it must be a JSON-encoded string, as the SageMaker SDK writes it "
+                f"(\"{key}\": \"\\\"train.py\\\"\").")
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {bool: "boolean", int: "number", float: "number", list: "array", dict: "object", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def decode_hyperparameters(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,6 +196,10 @@ def _hosts(resource: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
                              f"on each).")
     if not isinstance(current, str) or current not in hosts:
         raise JobConfigError(f"{where}: \"current_host\" is {current!r}; it must be one of hosts {hosts}.")
+    repeated = sorted({h for h in hosts if hosts.count(h) > 1})
+    if repeated:
+        raise JobConfigError(f"{where}: \"hosts\" names {repeated[0]!r} more than once ({hosts}); every host of the "
+                             f"job must appear once, in the same order on each host.")
     return tuple(hosts), current
 
 
@@ -165,12 +215,14 @@ def read_job(paths: JobPaths) -> TrainingJob:
                                                       "e.g. {\"train\": {\"TrainingInputMode\": \"File\"}}, "
                                                       "or {} for a job without channels")
     model_trainer = read_model_trainer_source(paths.base)
+    decoded = decode_hyperparameters(raw)
+    _check_decoded_values(decoded)
     from sagemaker_training import environment
 
     try:
         # An empty mapping makes Environment read the file itself, which holds the same empty object.
         env = environment.Environment(resource_config=resource, input_data_config=channels,
-                                      hyperparameters=decode_hyperparameters(raw))
+                                      hyperparameters=decoded)
         description = TrainingJob(
             paths=paths,
             entry_point=env.user_entry_point or None,

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from opentc_launcher import exit_codes
-from opentc_launcher.errors import FailureRecord, read_error_file, tail
+from opentc_launcher.errors import LAUNCH, FailureRecord, printable, read_error_file, tail
 
 from .job import JobPaths
 from .supervisor import ProcessResult
@@ -53,7 +53,9 @@ def last_lines(text: str, limit: int = SUMMARY_CHARS) -> str:
 
 
 def failure_message(headline: str, summary: str = "", details: str = "") -> str:
-    """Headline and the error's own words first (they are what FailureReason shows), details after."""
+    """Headline and the error's own words first (they are what FailureReason shows), details after. Whatever
+    cannot be written as UTF-8 (a lone surrogate from a file name) comes out escaped."""
+    headline, summary, details = printable(headline), printable(summary), printable(details)
     text = headline.strip()
     if summary.strip():
         short = summary.strip()
@@ -69,17 +71,26 @@ def not_started(reason: str, exit_code: int = exit_codes.BAD_INPUT) -> Outcome:
     return Outcome(exit_code, failure_message(f"Training not started: {reason}"))
 
 
+# What usually sends each signal that stops a job.
+STOP_CAUSES = {
+    signal.SIGTERM: "StopTrainingJob, a spot interruption, MaxRuntime or docker stop",
+    signal.SIGINT: "Ctrl-C",
+    signal.SIGHUP: "the terminal or ssh session that ran train closed",
+}
+
+
 def stopped(result: ProcessResult, processes: str = "the workers", during: str = "", summary: str = "") -> Outcome:
-    """A stop (StopTrainingJob, a spot interruption, MaxRuntime, docker stop) and how the processes took it."""
+    """A stop (StopTrainingJob, a spot interruption, MaxRuntime, docker stop, a closed terminal) and how the
+    processes took it."""
     assert result.stopped_by is not None
     name = signal.Signals(result.stopped_by).name
+    cause = STOP_CAUSES.get(signal.Signals(result.stopped_by), "a signal")
     were = "were" if processes.endswith("s") else "was"
     how = (f"{processes} ended within the grace period" if result.exit_code != exit_codes.of_signal(signal.SIGKILL)
            else f"{processes} {were} killed with SIGKILL")
     return Outcome(exit_codes.of_signal(result.stopped_by), failure_message(
-        f"Training stopped: {name} received{' ' + during if during else ''} (StopTrainingJob, a spot "
-        f"interruption, MaxRuntime or docker stop); {processes} {were} given {result.grace:g} s to finish and "
-        f"{how} ({describe_exit(result.exit_code)}).", summary))
+        f"Training stopped: {name} received{' ' + during if during else ''} ({cause}); {processes} {were} given "
+        f"{result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary))
 
 
 # -- where the failed worker's own account is -------------------------------------------------------------
@@ -120,6 +131,12 @@ def judge(result: ProcessResult, source: FailureSource, host: str, world_size: i
     if result.exit_code == exit_codes.OK:
         return Outcome(exit_codes.OK)
     code = result.exit_code
+    if record is not None and record.stage == LAUNCH:   # the launcher itself failed: no script ran
+        if code == exit_codes.BAD_INPUT:
+            return not_started(record.summary, code)
+        return Outcome(code, failure_message(
+            f"Training failed before any training script ran: the launcher ended with {describe_exit(code)} on "
+            f"host {host}.", record.summary, record.stderr_tail))
     where = f"on host {host}"
     if record is not None and record.rank is not None and world_size > 1:
         where = f"on rank {record.rank} of {world_size}, host {host}"
@@ -156,22 +173,61 @@ def _write_new(path: str, text: str) -> bool:
     except FileExistsError:
         return True   # the first writer's reason is the real one
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
         return True
-    except OSError:
+    except BaseException:
         with contextlib.suppress(OSError):
             os.remove(path)
         raise
 
 
+USER_VERDICT_CHARS = 65536
+
+
+def _take_script_verdict(path: str) -> str | None:
+    """The text of a verdict file the script wrote itself (None if there is none), removed so that exactly one
+    verdict is left; its words go into the one that stays."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(USER_VERDICT_CHARS)
+        os.remove(path)
+    except OSError as e:
+        log.error("cannot remove %s, which the training script wrote: %s", path, e)
+        return None
+    return text
+
+
+def _with_script_verdict(paths: JobPaths, outcome: Outcome) -> str:
+    """The verdict file's text: the toolkit's, with the words of a verdict of the other kind that the script wrote
+    itself (output/failure on a job that exited 0, output/success on one that failed)."""
+    if outcome.succeeded:
+        words = _take_script_verdict(paths.failure_file)
+        if words is None:
+            return ""
+        log.warning("the training script wrote %s but exited 0: the job succeeded (its exit code decides); what it "
+                    "wrote is kept in %s", paths.failure_file, paths.success_file)
+        return ("The training script exited 0, so the job succeeded, but it had written output/failure; what it "
+                f"wrote:\n{words}")
+    words = _take_script_verdict(paths.success_file)
+    if words is None:
+        return outcome.message
+    log.warning("the training script wrote %s but then failed: the job failed; %s says so", paths.success_file,
+                paths.failure_file)
+    if not words.strip():
+        return outcome.message
+    return f"{outcome.message.rstrip()}\n\nThe training script had written output/success before it failed:\n{words}"
+
+
 def report(paths: JobPaths, outcome: Outcome) -> None:
-    """output/success or output/failure, and the log lines SageMaker users and AWS's tests look for.
-    When the verdict cannot be written, stderr says why (the exit code still tells the truth)."""
+    """output/success or output/failure (exactly one of them), and the log lines SageMaker users and AWS's tests
+    look for. When the verdict cannot be written, stderr says why (the exit code still tells the truth)."""
     path = paths.success_file if outcome.succeeded else paths.failure_file
     try:
         os.makedirs(paths.output, exist_ok=True)
-        _write_new(path, "" if outcome.succeeded else outcome.message)
+        _write_new(path, printable(_with_script_verdict(paths, outcome)))
     except OSError as e:
         _say_on_stderr(f"could not write {path}: {type(e).__name__}: {e}. The job's verdict is in this log "
                        f"and in the exit code ({outcome.exit_code}).")

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from opentc_launcher.commands import run_command, worker_command
 from opentc_launcher.decision import LaunchRefused, decide
-from opentc_launcher.env_values import BadEnvironmentValue, number_from_env
+from opentc_launcher.env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from opentc_launcher.options import WorkerOptions
 
 from .compiler import CompilerSettings, compiler_environment
@@ -49,7 +49,8 @@ class LaunchSettings:
                 workers_per_host=number_from_env(env, "OPENTC_WORKERS_PER_HOST", int, None, minimum=1),
                 peer_timeout=number_from_env(env, "OPENTC_PEER_TIMEOUT", float, DEFAULT_PEER_TIMEOUT),
                 grace=number_from_env(env, "OPENTC_TERMINATION_GRACE", float, DEFAULT_GRACE),
-                master_port=number_from_env(env, "MASTER_PORT", int, DEFAULT_MASTER_PORT, minimum=1),
+                master_port=number_from_env(env, "MASTER_PORT", int, DEFAULT_MASTER_PORT, minimum=1,
+                                            maximum=MAX_PORT),
             )
         except BadEnvironmentValue as e:
             raise JobConfigError(str(e)) from None
@@ -77,6 +78,22 @@ class LaunchPlan:
     peers: tuple[str, ...]            # other hosts that must resolve before the launch
     failure_source: FailureSource     # where the failed worker's own account of it will be
     kept_variables: Mapping[str, str]  # variables the compiler would set that the user had set: kept
+    replaced_variables: Mapping[str, str]  # facts of the job the container's environment had otherwise: replaced
+
+
+# Variables that describe the distributed world, torchrun's and torch-xla's. The toolkit decides the world: a value
+# left in the container's environment (a Kubernetes pod's, a wrapper's) would make a single worker think it is
+# rank 3 of 4 or dial a master that does not exist, so none of them reaches the launch. A single worker gets none
+# (as `python train.py` would: with LOCAL_RANK or WORLD_SIZE set, transformers and accelerate would take it for a
+# distributed run); opentc-run gives each of several workers its own.
+WORLD_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                             "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                             "PJRT_LOCAL_PROCESS_RANK", "PJRT_LOCAL_PROCESS_COUNT"})
+WORLD_PREFIXES = ("TORCHELASTIC_", "PET_")   # torch.distributed.elastic's, and torchrun's options as variables
+
+
+def is_world_variable(name: str) -> bool:
+    return name in WORLD_VARIABLES or name.startswith(WORLD_PREFIXES)
 
 
 def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings) -> tuple[World, tuple[str, ...]]:
@@ -139,17 +156,19 @@ def check_os_limits(argv: tuple[str, ...], env: Mapping[str, str]) -> None:
 
 
 def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings, base_env: Mapping[str, str],
-               script: str, scratch: str, python: str = sys.executable) -> LaunchPlan:
-    """How to run `script` for this job on this host.
+               script: str, code_dir: str, scratch: str, python: str = sys.executable) -> LaunchPlan:
+    """How to run `script` (in the folder `code_dir`, where the workers start) for this job on this host.
 
-    `base_env` is the container's environment; the workers get it with the SM_* variables and the compiler's
-    variables added (a variable the user set is kept). `scratch` is a folder for the run's own files.
+    `base_env` is the container's environment. The workers get it with the facts of this job in place of any it
+    had (the SM_* variables, the world: see WORLD_VARIABLES) and the compiler's variables added (a variable the
+    user set is kept). `scratch` is a folder for the run's own files.
     """
     world, peers = plan_world(job, settings, launch)
     options = worker_options(settings, job, world, base_env)
     changes = compiler_environment(settings, gpu_count=job.num_gpus, compiler_output=job.paths.compiler_output,
                                    base_env=base_env)
-    env = {**base_env, **job.script_env, **changes.applied}
+    decided = job.script_env
+    env = {**{k: v for k, v in base_env.items() if not is_world_variable(k)}, **decided, **changes.applied}
     env.setdefault("PYTHONUNBUFFERED", "1")
     script_part = [*options.to_argv(), script, *job.user_args]
     failure_source: FailureSource
@@ -170,12 +189,14 @@ def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
         argv = [*worker_command(python), *script_part]
         env["TORCHELASTIC_ERROR_FILE"] = failure_source.path
     check_os_limits(tuple(argv), env)
+    replaced = {k: v for k, v in base_env.items() if (k in decided or is_world_variable(k)) and env.get(k) != v}
     return LaunchPlan(
-        command=Command(argv=tuple(argv), env=MappingProxyType(env), cwd=job.paths.code,
+        command=Command(argv=tuple(argv), env=MappingProxyType(env), cwd=code_dir,
                         workers_are_children=settings.multi_worker),
         options=options,
         world=world,
         peers=peers,
         failure_source=failure_source,
         kept_variables=changes.kept,
+        replaced_variables=MappingProxyType(replaced),
     )

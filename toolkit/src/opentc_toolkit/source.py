@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import tarfile
 import zlib
 from collections.abc import Mapping
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from opentc_launcher import exit_codes
+from opentc_launcher.errors import printable
+from opentc_launcher.script import why_not_a_script
 
 from .errors import JobConfigError, JobStopped
 from .job import TrainingJob
@@ -26,7 +29,18 @@ class RequirementsFailed(JobConfigError):
 
 
 def _local_path(uri: str) -> str:
-    return urlparse(uri).path if uri.startswith("file://") else uri
+    """A file:// URI's path, percent-decoded (file:///a%20b/src.tar.gz is /a b/src.tar.gz); anything else as it is."""
+    return unquote(urlparse(uri).path) if uri.startswith("file://") else uri
+
+
+def _listing(folder: str, limit: int = 8) -> str:
+    """What a folder holds, for a message: the first names, sorted, made printable."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return "nothing"
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(printable(n) for n in names[:limit]) + more if names else "nothing"
 
 
 def _is_tarball(path: str) -> bool:
@@ -36,39 +50,67 @@ def _is_tarball(path: str) -> bool:
         return False
 
 
-def fetch_code(job: TrainingJob) -> str:
-    """Put sagemaker_submit_directory (a folder, or a file:// or s3:// tarball) into the code folder."""
+def fetch_code(job: TrainingJob, scratch: str) -> str:
+    """The folder the job's code runs from.
+
+    sagemaker_submit_directory (a folder, or a file:// or s3:// tarball) is put into the code folder. When the
+    code folder already holds files (code baked into a derived image, an earlier run's extraction), the code this
+    job submitted still wins, since the job asked for it: it is put into a folder of this run's own under
+    `scratch` and runs from there, the log says so, and nothing in the code folder is overwritten. Without
+    sagemaker_submit_directory (or with it naming the code folder) the code folder runs as it is.
+    """
     from sagemaker_training import files
 
     uri = job.submit_directory
     code = job.paths.code
+    source = uri
     if not uri.startswith("s3://"):
-        uri = _local_path(uri)
-        if os.path.abspath(uri) == os.path.abspath(code):
+        source = _local_path(uri)
+        if os.path.abspath(source) == os.path.abspath(code):
             return code
-        if not os.path.exists(uri):
+        if not os.path.exists(source):
             raise JobConfigError(f"sagemaker_submit_directory {job.submit_directory!r} does not exist: use an "
                                  f"s3:// or file:// URI of a .tar.gz, or a folder inside the container.")
-        if os.path.isfile(uri) and not _is_tarball(uri):
+        if os.path.isfile(source) and not _is_tarball(source):
             raise JobConfigError(f"sagemaker_submit_directory {job.submit_directory!r} is not a tar archive "
                                  f"(corrupt, or another format): it must be a .tar.gz of the source folder, "
                                  f"as the SageMaker SDK uploads it, or a folder.")
+    target = code
+    if os.path.isdir(code) and os.listdir(code):
+        target = os.path.join(scratch, "code")
+        log.warning("the code folder %s already holds files (%s), and sagemaker_submit_directory names other code "
+                    "(%s): the submitted code runs, from %s, and %s is left as it is. To run the code folder's "
+                    "own code instead, leave sagemaker_submit_directory out.", code, _listing(code), uri, target,
+                    code)
     try:
-        files.download_and_extract(uri, code)  # skipped when the code folder already has files
+        files.download_and_extract(source, target)
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise JobConfigError(f"sagemaker_submit_directory {job.submit_directory!r} is a corrupt tarball: "
                              f"{type(e).__name__}: {e}. Upload the source folder again as a .tar.gz.") from None
     except Exception as e:  # boto3's errors: the user's input was wrong, or S3 unreachable
         raise JobConfigError(f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched "
-                             f"into {code}: {type(e).__name__}: {e}") from None
-    return code
+                             f"into {target}: {type(e).__name__}: {e}") from None
+    log.info("the job's code: sagemaker_submit_directory %s, in %s", uri, target)
+    return target
+
+
+# pip's WARNING when it cannot reach an index: "Retrying (Retry(...)) after connection broken by '<the cause>': <url>".
+# Its ERROR lines then only say "No matching distribution found", which reads like a typo in a package name.
+_CONNECTION_BROKEN = re.compile(r"after connection broken by '(?P<cause>.+)': (?P<where>\S+)\s*$")
 
 
 def _pip_reason(stderr: str) -> str:
-    """pip's own account of a failure: its ERROR lines (and what follows them), else its last lines."""
+    """pip's own account of a failure: the network cause first when pip could not reach an index, then its ERROR
+    lines (and what follows them), else its last lines."""
     lines = stderr.strip().splitlines()
     first_error = next((i for i, line in enumerate(lines) if line.startswith("ERROR:")), None)
-    return "\n".join(lines[first_error:]) if first_error is not None else last_lines(stderr)
+    reason = "\n".join(lines[first_error:]) if first_error is not None else last_lines(stderr)
+    broken = next((m for m in map(_CONNECTION_BROKEN.search, reversed(lines)) if m), None)
+    if broken is not None:
+        reason = (f"the package index could not be reached ({broken['where']}): {broken['cause']}. Check the "
+                  f"network, the proxy (HTTPS_PROXY) or the index (PIP_INDEX_URL), or bake the packages into the "
+                  f"image.\n{reason}")
+    return reason
 
 
 def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, str], scratch: str,
@@ -112,9 +154,12 @@ def entry_point_path(job: TrainingJob, code: str) -> str:
     if not program.endswith(".py"):
         raise JobConfigError(f"sagemaker_program {program!r} is not accepted: the Training Compiler runs "
                              f"Python scripts; use a .py file.")
-    if not os.path.isfile(path):
-        present = sorted(os.listdir(code))[:20] if os.path.isdir(code) else []
+    problem = why_not_a_script(path)
+    if problem == "does not exist":
         raise JobConfigError(f"training script {program!r} not found in {code} "
-                             f"(it holds: {', '.join(present) or 'nothing'}). Check sagemaker_program and "
+                             f"(it holds: {_listing(code, 20)}). Check sagemaker_program and "
                              f"sagemaker_submit_directory.")
+    if problem:
+        raise JobConfigError(f"training script {program!r} in {code} {problem}: sagemaker_program must name a "
+                             f"Python file in the code folder (it holds: {_listing(code, 20)}).")
     return path

@@ -2,7 +2,7 @@
 
 - The launched process gets its own session; its stderr passes through here (a tail is kept for the
   failure file). It dies with `train` (a parent-death signal), so a killed `train` leaves nothing running.
-- SIGTERM or SIGINT to `train` goes to every worker process (not to their helpers such as DataLoader
+- SIGTERM, SIGINT or SIGHUP to `train` sends SIGTERM to every worker process (not to their helpers such as DataLoader
   workers, which end with their parent); after the grace period the whole tree gets SIGKILL.
 - When the launched process ends, whatever it left behind is stopped: this process is made a child
   subreaper, so orphans are re-parented here and can be found.
@@ -38,6 +38,7 @@ HELPER_EXIT_WAIT = 2.0
 PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,10 @@ class Supervisor:
 
     # -- signals -------------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
-        """From now on SIGTERM/SIGINT stop the job (before the launch, too: the launch is skipped)."""
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        """From now on SIGTERM, SIGINT and SIGHUP (a closed terminal or ssh session) stop the job, before the
+        launch too (the launch is skipped). The workers always get SIGTERM, which the worker turns into an
+        exception so the script's `finally` blocks run."""
+        for signum in STOP_SIGNALS:
             signal.signal(signum, self._on_signal)
 
     @property
