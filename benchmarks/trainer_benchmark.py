@@ -31,9 +31,9 @@ WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "w
          "quietly", "hex", "jolly", "boxing", "frogs", "and", "every", "bright", "morning", "brings", "story")
 
 RUNS = (  # name, worker options, USE_TORCH_XLA
-    ("eager (compiler off)", ["--runtime", "torch"], "0"),
-    ("XLA, library patches off", ["--runtime", "xla", "--library-patches", "false"], "1"),
-    ("XLA, library patches on (default)", ["--runtime", "xla", "--library-patches", "true"], "1"),
+    ("eager (compiler off)", ["--backend", "eager"], "0"),
+    ("XLA, library patches off", ["--backend", "xla", "--library-patches", "false"], "1"),
+    ("XLA, library patches on (default)", ["--backend", "xla", "--library-patches", "true"], "1"),
 )
 
 
@@ -50,7 +50,7 @@ def run(work: Path, name: str, options: list[str], use_xla: str, steps: int, log
            if not k.startswith(("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_"))}
     # The tokenizer's thread pool, once used, keeps two cores busy enough to slow eager steps 60-fold here.
     env.update(PJRT_DEVICE="CPU", USE_TORCH_XLA=use_xla, TOKENIZERS_PARALLELISM="false")
-    argv = [str(BIN / "opentc-worker"), "--xla-device", "CPU", "--compile-report-dir", str(out), *options,
+    argv = [str(BIN / "opentc-worker"), "--device", "cpu", "--compile-report-dir", str(out), *options,
             str(SCRIPT), "--train_dir", str(work), "--output_dir", str(out / "model"), "--max_steps", str(steps),
             "--per_device_train_batch_size", "8", "--logging_steps", str(logging_steps), "--save_strategy", "no",
             "--report_to", "none", "--optim", "adamw_torch", "--dataloader_drop_last", "true",

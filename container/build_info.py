@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from opentc_launcher.xla_cuda import PluginUnusable, check_cuda_plugin, plugin_api_version
+from opentc_launcher.xla.cuda import PluginUnusable, check_cuda_plugin, plugin_api_version
 
 CHECKED = ("opentc", "torch", "torch-xla", "jax-cuda12-pjrt", "pjrt-c-api", "cuda", "ptxas")
 

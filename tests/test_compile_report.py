@@ -19,7 +19,7 @@ COMPILE = SCRIPTS / "compile"
 
 def run_worker(script, tmp_path, *script_args, cache=None, extra=(), report_dir=None):
     report_dir = report_dir or tmp_path / "report"
-    argv = [str(BIN / "opentc-worker"), "--xla-device", "CPU", "--compile-report-dir", str(report_dir)]
+    argv = [str(BIN / "opentc-worker"), "--device", "cpu", "--compile-report-dir", str(report_dir)]
     if cache:
         argv += ["--compile-cache-dir", str(cache)]
     argv += [*extra, str(COMPILE / script), *script_args]
@@ -114,11 +114,11 @@ def test_second_identical_job_compiles_nothing(make_job):
     assert run_train(first).returncode == 0
     cold = report_of(first)
     assert cold["graphs_compiled"] >= 1 and cold["persistent_cache"]["hits"] == 0
-    cache = first.checkpoints / "xla-compile-cache"
+    cache = first.checkpoints / "compile-cache"
     assert cold["persistent_cache"]["dir"].startswith(str(cache))
     # A new job whose checkpoint folder carries the cache, as SageMaker's checkpoint sync does.
     second = cache_job(make_job)
-    shutil.copytree(cache, second.checkpoints / "xla-compile-cache")
+    shutil.copytree(cache, second.checkpoints / "compile-cache")
     result = run_train(second)
     assert result.returncode == 0, result.output[-3000:]
     warm = report_of(second)
@@ -172,7 +172,7 @@ def test_two_jobs_sharing_a_cache_both_finish(tmp_path):
     cache = tmp_path / "cache"
     procs = []
     for name in ("a", "b"):
-        argv = [str(BIN / "opentc-worker"), "--xla-device", "CPU", "--compile-cache-dir", str(cache),
+        argv = [str(BIN / "opentc-worker"), "--device", "cpu", "--compile-cache-dir", str(cache),
                 "--compile-report-dir", str(tmp_path / name), str(COMPILE / "changing_shapes.py"), "--steps", "8"]
         procs.append(subprocess.Popen(argv, env=clean_env(), cwd=str(tmp_path), stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))

@@ -1,9 +1,10 @@
-"""Hyperparameters -> CompilerSettings -> the workers' XLA environment (pure functions)."""
+"""Hyperparameters -> CompilerSettings -> the workers' environment for the chosen backend (pure functions)."""
 
 
 import pytest
 
 from opentc_toolkit.compiler import (
+    BACKEND,
     CACHE,
     CACHE_DIR,
     CPU_MULTI_WORKER,
@@ -102,3 +103,30 @@ def test_user_set_variables_are_kept_and_reported():
     assert not {"XLA_FLAGS", "USE_TORCH_XLA", "GPU_NUM_DEVICES"} & set(changes.applied)
     assert dict(changes.kept) == {"XLA_FLAGS": "--xla_gpu_autotune_level=0", "GPU_NUM_DEVICES": "2"}
     assert changes.applied["XLA_METRICS_FILE"].endswith("XLA_METRICS_FILE.txt")
+
+
+@pytest.mark.parametrize("raw,expected", [({}, "xla"), ({BACKEND: '"inductor"'}, "inductor"),
+                                          ({BACKEND: "XLA"}, "xla"), ({BACKEND: '"Inductor"'}, "inductor")])
+def test_the_backend_is_xla_unless_inductor_is_chosen(raw, expected):
+    settings = CompilerSettings.from_hyperparameters(decoded({ENABLED: "true", **raw}))
+    assert settings.backend == expected and settings.backend_name == expected
+    assert CompilerSettings.from_hyperparameters(decoded({ENABLED: "false", **raw})).backend_name == "eager"
+
+
+@pytest.mark.parametrize("raw", ['"tvm"', '"openxla"', "3", '""'])
+def test_an_unknown_backend_names_both_accepted(raw):
+    with pytest.raises(JobConfigError) as err:
+        CompilerSettings.from_hyperparameters(decoded({ENABLED: "true", BACKEND: raw}))
+    assert str(err.value).startswith(f"hyperparameter {BACKEND} has the value ")
+    assert 'use one of "xla", "inductor".' in str(err.value)
+
+
+def test_inductor_compiles_trainer_and_accelerate_scripts_through_accelerates_variable():
+    on = CompilerSettings(enabled=True, backend="inductor")
+    assert dict(env_for(on, gpus=8).applied) == {"USE_TORCH_XLA": "0", "ACCELERATE_DYNAMO_BACKEND": "inductor"}
+    applied = env_for(CompilerSettings(enabled=True, backend="inductor", debug=True)).applied
+    assert applied["TORCH_TRACE"] == "/opt/ml/output/data/compiler/torch_trace"
+    assert applied["TORCH_LOGS_OUT"] == "/opt/ml/output/data/compiler/torch_logs.txt"
+    assert applied["TORCH_LOGS"] == "graph_breaks,recompiles"
+    kept = env_for(on, base={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "TORCH_LOGS": "+dynamo"})
+    assert dict(kept.kept) == {"ACCELERATE_DYNAMO_BACKEND": "aot_eager"}

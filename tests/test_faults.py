@@ -218,7 +218,7 @@ def test_two_single_host_launches_on_one_machine_both_succeed(tmp_path):
         out = tmp_path / name
         out.mkdir()
         runs.append((out, subprocess.Popen(
-            [str(BIN / "opentc-run"), "--standalone", "--nproc-per-node", "2", "--runtime", "torch",
+            [str(BIN / "opentc-run"), "--standalone", "--nproc-per-node", "2", "--backend", "eager",
              str(SCRIPTS / "report_env.py")], env=clean_env(SM_MODEL_DIR=str(out)), cwd=str(out),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     outputs = [(out, proc.communicate(timeout=300)[0], proc.returncode) for out, proc in runs]

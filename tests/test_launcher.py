@@ -27,7 +27,7 @@ def test_commands_are_the_installed_console_scripts():
 
 
 def test_opentc_run_like_torchrun_with_plain_pytorch(tmp_path):
-    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--runtime", "torch",
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--backend", "eager",
                   SCRIPTS / "report_env.py", "--lr", "0.1"], tmp_path)
     assert result.returncode == 0, result.stdout[-4000:]
     found = [report(tmp_path, r) for r in range(2)]
@@ -37,7 +37,7 @@ def test_opentc_run_like_torchrun_with_plain_pytorch(tmp_path):
 
 def test_opentc_run_honours_master_addr_and_port(tmp_path):
     port = str(free_port())
-    result = run([BIN / "opentc-run", "--nnodes", "1", "--nproc-per-node", "2", "--runtime", "torch",
+    result = run([BIN / "opentc-run", "--nnodes", "1", "--nproc-per-node", "2", "--backend", "eager",
                   SCRIPTS / "report_env.py"], tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     assert result.returncode == 0, result.stdout[-4000:]
     assert {report(tmp_path, r)["MASTER_PORT"] for r in range(2)} == {port}
@@ -45,7 +45,7 @@ def test_opentc_run_honours_master_addr_and_port(tmp_path):
 
 def test_opentc_run_refuses_xla_cpu_workers_before_starting_any(tmp_path):
     report_file = tmp_path / "failure.json"
-    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--xla-device", "CPU",
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--device", "cpu",
                   "--failure-report", report_file, SCRIPTS / "report_env.py"], tmp_path)
     assert result.returncode == 2
     assert "no cross-process collectives" in result.stdout
@@ -60,7 +60,7 @@ def test_opentc_run_exits_with_the_failed_workers_code_and_reports_it(tmp_path):
                       "if os.environ['RANK'] == '1':\n"
                       "    print('rank 1: cannot open shard', file=sys.stderr)\n"
                       "    raise SystemExit(7)\n")
-    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--runtime", "torch",
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--backend", "eager",
                   "--failure-report", report_file, script], tmp_path)
     assert result.returncode == 7, result.stdout[-4000:]
     failure = json.loads(report_file.read_text())
@@ -71,7 +71,7 @@ def test_opentc_run_exits_with_the_failed_workers_code_and_reports_it(tmp_path):
 def test_worker_honours_torchrun_variables_set_by_someone_else(tmp_path):
     """One process per pod, as a Kubernetes operator starts them: RANK, WORLD_SIZE, MASTER_* are given."""
     port = str(free_port())
-    procs = [subprocess.Popen([str(BIN / "opentc-worker"), "--runtime", "torch", str(SCRIPTS / "report_env.py")],
+    procs = [subprocess.Popen([str(BIN / "opentc-worker"), "--backend", "eager", str(SCRIPTS / "report_env.py")],
                               env=clean_env(SM_MODEL_DIR=str(tmp_path), RANK=str(rank), WORLD_SIZE="2",
                                             LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
                               cwd=str(tmp_path))
@@ -81,7 +81,7 @@ def test_worker_honours_torchrun_variables_set_by_someone_else(tmp_path):
 
 
 def test_xla_spawn_style_script_gets_mp_fn_called(tmp_path):
-    result = run([BIN / "opentc-worker", "--xla-device", "CPU", SCRIPTS / "mp_fn_only.py", "--a", "1"], tmp_path)
+    result = run([BIN / "opentc-worker", "--device", "cpu", SCRIPTS / "mp_fn_only.py", "--a", "1"], tmp_path)
     assert result.returncode == 0, result.stdout[-4000:]
     assert json.loads((tmp_path / "mp_fn.json").read_text()) == {"index": 0, "argv": ["--a", "1"]}
 
@@ -95,7 +95,7 @@ def test_script_with_main_guard_and_mp_fn_runs_once(tmp_path):
                       "    main()\n"
                       "if __name__ == '__main__':\n"
                       "    main()\n")
-    result = run([BIN / "opentc-worker", "--runtime", "torch", script], tmp_path)
+    result = run([BIN / "opentc-worker", "--backend", "eager", script], tmp_path)
     assert result.returncode == 0, result.stdout
     assert (tmp_path / "runs.txt").read_text() == "run\n"
 
@@ -111,18 +111,18 @@ def test_user_files_cannot_shadow_the_launcher(tmp_path):
                       "assert sys.path[0] == os.path.dirname(os.path.abspath(__file__))\n"
                       "import helpers\n"
                       "open('ran.txt', 'w').write(helpers.VALUE)\n")
-    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--runtime", "torch", script],
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--backend", "eager", script],
                  tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     assert (tmp_path / "ran.txt").read_text() == "the user helper"
 
 
 def test_missing_script_is_named(tmp_path):
-    result = run([BIN / "opentc-worker", "--runtime", "torch", tmp_path / "nope.py"], tmp_path)
+    result = run([BIN / "opentc-worker", "--backend", "eager", tmp_path / "nope.py"], tmp_path)
     assert result.returncode == 2
     assert f"training script {tmp_path / 'nope.py'} does not exist" in result.stdout
     (tmp_path / "folder.py").mkdir()
-    result = run([BIN / "opentc-worker", "--runtime", "torch", tmp_path / "folder.py"], tmp_path)
+    result = run([BIN / "opentc-worker", "--backend", "eager", tmp_path / "folder.py"], tmp_path)
     assert result.returncode == 2
     assert f"training script {tmp_path / 'folder.py'} is a folder, not a Python file" in result.stdout
 
@@ -138,10 +138,22 @@ def test_missing_script_is_named(tmp_path):
      "--node-rank (or NODE_RANK) 2 is not accepted: use 0 to 1 for --nnodes 2"),
 ], ids=["nproc-0", "master-port-variable", "master-port-option", "node-rank"])
 def test_a_bad_launch_value_is_exit_2_naming_it_not_a_rendezvous_failure(tmp_path, options, env, expected):
-    result = run([BIN / "opentc-run", *options, "--runtime", "torch", "--failure-report", tmp_path / "failure.json",
+    result = run([BIN / "opentc-run", *options, "--backend", "eager", "--failure-report", tmp_path / "failure.json",
                   SCRIPTS / "report_env.py"], tmp_path, timeout=60, **env)
     assert result.returncode == 2, result.stdout[-3000:]
     assert expected in result.stdout and "rendezvous" not in result.stdout, result.stdout[-3000:]
     record = json.loads((tmp_path / "failure.json").read_text())
     assert record["stage"] == "launch" and record["exit_code"] == 2 and expected in record["summary"]
     assert not (tmp_path / "env-rank0.json").exists()
+
+
+@pytest.mark.parametrize("launcher", ["opentc-worker", "opentc-run"])
+def test_the_scripts_own_arguments_are_never_read_as_launcher_options(tmp_path, launcher):
+    """`--compile` would be an ambiguous abbreviation of --compile-report-dir and --compile-cache-dir, `--dev` one of
+    --device, `--max-comp` of --max-compilations: they are the script's, whatever they look like."""
+    script_args = ["--compile", "no", "--dev", "cuda", "--max-comp", "3", "--device", "tpu", "--backend", "x"]
+    prefix = [BIN / "opentc-run", "--standalone", "--nproc-per-node", "1"] if launcher == "opentc-run" else \
+        [BIN / "opentc-worker"]
+    result = run([*prefix, "--backend", "eager", SCRIPTS / "argv_echo.py", *script_args], tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert json.loads((tmp_path / "argv.json").read_text()) == script_args

@@ -1,4 +1,4 @@
-"""The library patches (opentc_launcher.library_patches): each one's target still exists and still reads from
+"""The library patches (opentc_launcher.xla.library_patches): each one's target still exists and still reads from
 the device in the installed library version, the patch removes the read without changing the result, and a
 target that changed is refused rather than patched blindly."""
 
@@ -11,8 +11,8 @@ import types
 import pytest
 
 from conftest import BIN, SCRIPTS, clean_env
-from opentc_launcher import library_patches
-from opentc_launcher.library_patches import LibraryPatch, TargetChanged
+from opentc_launcher.xla import library_patches
+from opentc_launcher.xla.library_patches import LibraryPatch, TargetChanged
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ def test_single_worker_runs_the_bootstrap_in_one_process():
     argv = p.command.argv
     assert argv[:3] == (PY, "-m", "opentc_launcher.worker")   # no console script beside this python
     assert argv[-3:] == ("/opt/ml/code/train.py", "--epochs", "3")
-    assert option(argv, "--runtime") == "xla" and option(argv, "--xla-device") == "CPU"
+    assert option(argv, "--backend") == "xla" and option(argv, "--device") == "cpu"
     assert not p.command.workers_are_children and p.world.size == 1 and p.peers == ()
     assert p.failure_source == WorkerErrorFile("/tmp/scratch/worker-error.json")
     assert p.command.env["TORCHELASTIC_ERROR_FILE"] == "/tmp/scratch/worker-error.json"
@@ -46,9 +46,9 @@ def test_single_worker_runs_the_bootstrap_in_one_process():
     assert "RANK" not in p.command.env and "WORLD_SIZE" not in p.command.env
 
 
-def test_compiler_off_uses_the_torch_runtime_and_no_cache():
-    p = plan(job(), CompilerSettings(enabled=False))
-    assert option(p.command.argv, "--runtime") == "torch"
+def test_compiler_off_uses_the_eager_backend_and_no_cache():
+    p = plan(job(), CompilerSettings(enabled=False, backend="inductor"))
+    assert option(p.command.argv, "--backend") == "eager"
     assert option(p.command.argv, "--compile-cache-dir") == ""
     assert p.command.env["USE_TORCH_XLA"] == "0"
 
@@ -57,7 +57,7 @@ def test_multi_worker_one_host_is_a_local_rendezvous_with_one_worker_per_gpu():
     p = plan(job(gpus=8), CompilerSettings(enabled=True, multi_worker=True))
     argv = p.command.argv
     assert argv[:3] == (PY, "-m", "opentc_launcher.run")
-    assert option(argv, "--nproc-per-node") == "8" and option(argv, "--xla-device") == "CUDA"
+    assert option(argv, "--nproc-per-node") == "8" and option(argv, "--device") == "cuda"
     assert "--standalone" in argv and "--master-addr" not in argv   # no name resolution at all
     assert p.peers == () and p.command.workers_are_children and p.world.size == 8
     assert p.failure_source == LauncherFailureReport("/tmp/scratch/failure-report.json")
@@ -119,17 +119,18 @@ def test_bad_pjrt_device_is_named():
 
 def test_the_users_pjrt_device_decides_and_cuda_needs_a_gpu():
     p = plan(job(gpus=2), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "cpu"})
-    assert option(p.command.argv, "--xla-device") == "CPU"
+    assert option(p.command.argv, "--device") == "cpu"
     with pytest.raises(JobConfigError, match="^no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA"):
         plan(job(gpus=0), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "CUDA"})
 
 
 def test_the_decision_is_made_once_deciding_again_changes_nothing():
-    requested = WorkerOptions(runtime="xla", cpu_multi_worker="unsynchronized")
-    for gpus, world in [(0, 1), (0, 4), (8, 8)]:
-        decided = decide(requested, world, {}, gpus)
-        assert decided.xla_device in ("CPU", "CUDA")
-        assert decide(decided, world, {}, gpus) == decided
+    for backend in ("xla", "inductor", "eager"):
+        requested = WorkerOptions(backend=backend, cpu_multi_worker="unsynchronized")
+        for gpus, world in [(0, 1), (0, 4), (8, 8)]:
+            decided = decide(requested, world, {}, gpus)
+            assert decided.device == ("cuda" if gpus else "cpu")
+            assert decide(decided, world, {}, gpus) == decided
 
 
 def test_hyperparameters_stay_one_argv_element_each():
@@ -147,7 +148,7 @@ def test_what_the_kernel_would_refuse_is_named_before_anything_starts():
 
 def test_cache_folder_defaults_under_checkpoints():
     p = plan(job(), CompilerSettings(enabled=True))
-    assert option(p.command.argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "xla-compile-cache")
+    assert option(p.command.argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "compile-cache")
     assert option(p.command.argv, "--compile-report-dir") == "/opt/ml/output/data/compiler"
     p = plan(job(), CompilerSettings(enabled=True, cache=False))
     assert option(p.command.argv, "--compile-cache-dir") == ""
@@ -170,3 +171,19 @@ def test_sm_variables_describe_this_job_and_replace_preset_ones():
     p = plan(j, CompilerSettings(), env={"SM_MODEL_DIR": "/elsewhere", "SM_HPS": "{}", "SM_EXTRA": "mine"})
     assert p.command.env["SM_MODEL_DIR"] == "/opt/ml/model" and p.command.env["SM_EXTRA"] == "mine"
     assert dict(p.replaced_variables) == {"SM_MODEL_DIR": "/elsewhere"}   # the same value is no replacement
+
+
+def test_the_inductor_backend_plans_plain_pytorch_workers_that_compile():
+    p = plan(job(gpus=0), CompilerSettings(enabled=True, backend="inductor", multi_worker=True),
+             launch=LaunchSettings(workers_per_host=2))
+    argv = p.command.argv
+    assert option(argv, "--backend") == "inductor" and option(argv, "--device") == "cpu"
+    assert option(argv, "--nproc-per-node") == "2"            # several CPU workers: gloo has collectives
+    assert p.command.env["USE_TORCH_XLA"] == "0" and p.command.env["ACCELERATE_DYNAMO_BACKEND"] == "inductor"
+    assert option(argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "compile-cache")
+    p = plan(job(gpus=4), CompilerSettings(enabled=True, backend="inductor"),
+             env={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "ACCELERATE_DYNAMO_MODE": "max-autotune"})
+    assert option(p.command.argv, "--device") == "cuda"
+    assert p.command.env["ACCELERATE_DYNAMO_BACKEND"] == "aot_eager"            # the user's choice is kept ...
+    assert dict(p.kept_variables) == {"ACCELERATE_DYNAMO_BACKEND": "aot_eager"}  # ... and said
+    assert p.command.env["ACCELERATE_DYNAMO_MODE"] == "max-autotune"

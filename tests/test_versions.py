@@ -4,7 +4,7 @@ import re
 
 from conftest import REPO
 from opentc_launcher import exit_codes
-from opentc_launcher.xla_cuda import PJRT_C_API
+from opentc_launcher.xla.cuda import PJRT_C_API
 
 README = (REPO / "README.md").read_text()
 

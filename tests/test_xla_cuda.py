@@ -15,8 +15,8 @@ import textwrap
 import pytest
 
 from conftest import BIN, SCRIPTS, clean_env, run_train
-from opentc_launcher import xla_cuda
-from opentc_launcher.xla_cuda import (
+from opentc_launcher.xla import cuda as xla_cuda
+from opentc_launcher.xla.cuda import (
     PJRT_C_API,
     PluginUnusable,
     check_cuda_plugin,
@@ -26,7 +26,7 @@ from opentc_launcher.xla_cuda import (
 )
 
 PY = str(BIN / "python")
-OUR_PLUGIN = "opentc_launcher.cuda_plugin.CudaPlugin"
+OUR_PLUGIN = "opentc_launcher.xla.cuda_plugin.CudaPlugin"
 
 
 def python(code, tmp_path, timeout=180, **env):
@@ -74,7 +74,7 @@ def test_a_missing_plugin_file_is_named(tmp_path):
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: jax-cuda12-pjrt\nVersion: {dist.version}\n")
     (info / "RECORD").write_text("jax_plugins/xla_cuda12/xla_cuda_plugin.so,,\n")
     found = python("""
-        from opentc_launcher.xla_cuda import PluginUnusable, check_cuda_plugin
+        from opentc_launcher.xla.cuda import PluginUnusable, check_cuda_plugin
         try:
             check_cuda_plugin()
         except PluginUnusable as e:
@@ -128,7 +128,7 @@ def test_every_way_a_torch_xla_program_starts_gets_the_plugin(tmp_path):
 
 PLUGIN_OPTIONS = """
     import json
-    from opentc_launcher.cuda_plugin import cuda_plugin   # before torch_xla: no circular import
+    from opentc_launcher.xla.cuda_plugin import cuda_plugin   # before torch_xla: no circular import
     p = cuda_plugin()
     print(json.dumps({"options": p.client_create_options(), "coordinator": p.requires_xla_coordinator(),
                       "chips": p.physical_chip_count()}))
@@ -178,7 +178,7 @@ def test_a_gpu_job_without_a_gpu_starts_nothing(make_job):
 
 
 def test_opentc_run_refuses_cuda_without_a_gpu(tmp_path):
-    done = subprocess.run([str(BIN / "opentc-run"), "--standalone", "--nproc-per-node", "1", "--xla-device", "CUDA",
+    done = subprocess.run([str(BIN / "opentc-run"), "--standalone", "--nproc-per-node", "1", "--device", "cuda",
                            str(SCRIPTS / "report_env.py")], env=clean_env(SM_MODEL_DIR=str(tmp_path)),
                           cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
     assert done.returncode == 2
@@ -188,7 +188,7 @@ def test_opentc_run_refuses_cuda_without_a_gpu(tmp_path):
 
 def test_the_module_reads_no_jax_and_no_torch_xla():
     # Finding and checking the plugin must work before torch-xla is imported (the worker does it first).
-    found = subprocess.run([PY, "-c", "import sys; from opentc_launcher.xla_cuda import check_cuda_plugin; "
+    found = subprocess.run([PY, "-c", "import sys; from opentc_launcher.xla.cuda import check_cuda_plugin; "
                                       "check_cuda_plugin(); print(sorted(m for m in sys.modules "
                                       "if m.split('.')[0] in ('jax', 'jax_plugins', 'torch_xla')))"],
                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
@@ -198,7 +198,7 @@ def test_the_module_reads_no_jax_and_no_torch_xla():
 def test_the_gpu_gates_all_reduce_script_runs_on_one_xla_cpu_worker(tmp_path):
     """dev/gpu-gate runs this script on every GPU of a GPU host; here it runs as one XLA:CPU worker, so a typo or
     an API that torch-xla does not have fails CI rather than the release build."""
-    done = subprocess.run([str(BIN / "opentc-worker"), "--xla-device", "CPU", str(SCRIPTS / "xla_all_reduce.py")],
+    done = subprocess.run([str(BIN / "opentc-worker"), "--device", "cpu", str(SCRIPTS / "xla_all_reduce.py")],
                           env=clean_env(SM_MODEL_DIR=str(tmp_path)), cwd=str(tmp_path), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]

@@ -149,7 +149,7 @@ except RuntimeError as e:
     print("STOPPED", e)
 """)
     out = found.stdout
-    assert "PLUGIN opentc_launcher.cuda_plugin.CudaPlugin" in out, out[-3000:]
+    assert "PLUGIN opentc_launcher.xla.cuda_plugin.CudaPlugin" in out, out[-3000:]
     assert "failed call to cuInit" in out, out[-3000:]
     assert "STOPPED Bad StatusOr access: FAILED_PRECONDITION: No visible GPU devices." in out, out[-3000:]
 

@@ -6,6 +6,7 @@ are fixed-size blocks of token ids, so nothing comes from a hub."""
 import argparse
 import json
 import os
+import sys
 
 import torch
 from accelerate import Accelerator
@@ -53,11 +54,16 @@ def main():
     unwrapped.save_pretrained(args.output_dir, is_main_process=accelerator.is_main_process)
     accelerator.save_model(model, os.path.join(args.output_dir, "accelerate-save-model"))
     if accelerator.is_main_process:
-        trained = {name: t.detach().cpu() for name, t in unwrapped.state_dict().items()}
+        # unwrap_model keeps torch.compile's wrapper (keep_torch_compile=True): its state_dict names carry
+        # "_orig_mod."; save_pretrained, forwarded to the model itself, saves the model's own names.
+        own = getattr(unwrapped, "_orig_mod", unwrapped)
+        trained = {name: t.detach().cpu() for name, t in own.state_dict().items()}
         reloaded = GPT2LMHeadModel.from_pretrained(args.output_dir).state_dict()
         out = os.environ.get("SM_OUTPUT_DATA_DIR", args.output_dir)
         with open(os.path.join(out, "accelerate_metrics.json"), "w") as f:
             json.dump({"device": str(accelerator.device), "losses": losses,
+                       "torch_xla_imported": "torch_xla" in sys.modules,
+                       "compiled": hasattr(model, "_orig_mod") or hasattr(unwrapped, "_orig_mod"),
                        "tied": unwrapped.lm_head.weight is unwrapped.transformer.wte.weight,
                        "reloaded_equal": sorted(trained) == sorted(reloaded)
                        and all(torch.equal(trained[k], reloaded[k]) for k in trained)}, f)

@@ -17,7 +17,7 @@ import torch_xla.debug.metrics as met
 import transformers.masking_utils as masking_utils
 import transformers.trainer_pt_utils as trainer_pt_utils
 
-from opentc_launcher import library_patches
+from opentc_launcher.xla import library_patches
 
 
 def counters():
@@ -112,7 +112,7 @@ def prepared_gpt2():
 
 
 # No patch for tied weights: torch's swap switch, which the worker turns on, keeps them through prepare's move.
-from opentc_launcher.xla_session import keep_parameters_on_move  # noqa: E402
+from opentc_launcher.xla.parameters import keep_parameters_on_move  # noqa: E402
 
 keep_parameters_on_move(False)
 without_switch = prepared_gpt2()

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
-RUNTIMES = ("xla", "torch")
-XLA_DEVICES = ("auto", "CUDA", "CPU", "TPU")
+# The compiler backends (opentc_launcher.backends has one object for each): eager is plain PyTorch, no compiler.
+BACKEND_NAMES = ("eager", "xla", "inductor")
+DEVICES = ("auto", "cuda", "cpu", "tpu")
 CPU_MULTI_WORKER_POLICIES = ("refuse", "unsynchronized")
 
 
@@ -32,12 +33,12 @@ def _non_negative_int(text: str) -> int:
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    # xla: prepare PyTorch/XLA before the script runs; torch: plain PyTorch, torch_xla is never imported.
-    runtime: str = "xla"
-    # PJRT device; auto = not decided yet (opentc_launcher.decision decides: PJRT_DEVICE, else CUDA when a GPU
-    # is visible, else CPU). Launchers pass the decided device to their workers.
-    xla_device: str = "auto"
-    # What to do with several XLA:CPU workers, which cannot all-reduce across processes.
+    # The compiler: xla (PyTorch/XLA), inductor (torch.compile's TorchInductor), or eager (plain PyTorch).
+    backend: str = "xla"
+    # auto = not decided yet (opentc_launcher.decision asks the backend: for xla PJRT_DEVICE, else cuda when a GPU
+    # is visible, else cpu). Launchers pass the decided device to their workers.
+    device: str = "auto"
+    # What to do with several XLA:CPU workers, which cannot all-reduce across processes (xla only).
     cpu_multi_worker: str = "refuse"
     # Where each worker writes its compile report (JSON); empty = no report.
     compile_report_dir: str = ""
@@ -47,7 +48,7 @@ class WorkerOptions:
     max_compilations: int = 0
     # Steps (syncs) after which a new graph counts as a recompilation worth a warning.
     warmup_steps: int = 5
-    # Version-guarded fixes for library code that mishandles XLA tensors (library_patches.py).
+    # Version-guarded fixes for library code that mishandles XLA tensors (xla/library_patches.py; xla only).
     library_patches: bool = True
 
     def to_argv(self) -> list[str]:
@@ -64,21 +65,23 @@ class WorkerOptions:
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the worker options to a parser (the worker's own, or opentc-run's)."""
-    group = parser.add_argument_group("PyTorch/XLA worker options")
+    group = parser.add_argument_group("worker options")
     d = WorkerOptions()
-    group.add_argument("--runtime", choices=RUNTIMES, default=d.runtime,
-                       help="xla: run the script on PyTorch/XLA; torch: plain PyTorch (torch_xla untouched)")
-    group.add_argument("--xla-device", choices=XLA_DEVICES, default=d.xla_device,
-                       help="PJRT device; auto: PJRT_DEVICE if set, else CUDA when a GPU is visible, else CPU")
+    group.add_argument("--backend", choices=BACKEND_NAMES, default=d.backend,
+                       help="xla: the script runs on PyTorch/XLA; inductor: torch.compile's TorchInductor, with its "
+                            "cache, report and limit (torch_xla untouched); eager: plain PyTorch, no compiler")
+    group.add_argument("--device", choices=DEVICES, default=d.device,
+                       help="auto: for xla PJRT_DEVICE if set, else cuda when a GPU is visible, else cpu")
     group.add_argument("--cpu-multi-worker", choices=CPU_MULTI_WORKER_POLICIES, default=d.cpu_multi_worker,
                        help="several XLA:CPU workers cannot all-reduce across processes: refuse to start "
                             "(default) or run them as unsynchronised replicas with a loud warning")
     group.add_argument("--compile-report-dir", default=d.compile_report_dir, metavar="DIR",
                        help="write each worker's compile report (JSON) into DIR")
     group.add_argument("--compile-cache-dir", default=d.compile_cache_dir, metavar="DIR",
-                       help="persistent compilation cache root (one sub-folder per rank)")
+                       help="persistent compilation cache root (a sub-folder per backend, version and device)")
     group.add_argument("--max-compilations", type=_non_negative_int, default=d.max_compilations, metavar="N",
-                       help="stop with an error once a worker has compiled more than N graphs (0: no limit)")
+                       help="stop with an error once a worker has compiled more than N graphs (inductor: captured "
+                            "by Dynamo, cached or not; 0: no limit)")
     group.add_argument("--warmup-steps", type=_non_negative_int, default=d.warmup_steps, metavar="N",
                        help="graphs compiled after N steps are reported as recompilations")
     group.add_argument("--library-patches", type=_on_off, default=d.library_patches, metavar="true|false",

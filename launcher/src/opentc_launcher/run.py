@@ -33,7 +33,7 @@ from .launch_checks import (
     rendezvous_timeout,
 )
 from .options import WorkerOptions, add_worker_arguments
-from .worker import configure_logging
+from .process import configure_logging
 
 log = logging.getLogger("opentc_launcher")
 
@@ -56,6 +56,7 @@ def build_parser(env=os.environ):
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
+    parser.allow_abbrev = False   # the script's own arguments follow ours (see opentc_launcher.worker)
     for dest, variable in STANDARD_VARIABLES.items():
         if f"PET_{dest.upper()}" not in env and env.get(variable, "").strip():
             # Not a string, so argparse does not convert it: a bad value reaches resolve_standard_variables.

@@ -1,12 +1,11 @@
-"""Facts about one worker and the variables its XLA runtime needs: pure functions of options and environment."""
+"""Facts about one worker: where it sits in the job, read from the standard variables. Pure functions."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .env_values import number_from_env
-from .options import WorkerOptions
 
 
 @dataclass(frozen=True)
@@ -34,25 +33,14 @@ class WorkerIdentity:
         )
 
 
-# Debug artefacts that torch-xla writes to one fixed path: with several workers each needs its own file.
-PER_RANK_FILE_VARIABLES = ("XLA_SAVE_TENSORS_FILE", "XLA_METRICS_FILE", "PT_XLA_DEBUG_FILE")
-
-
-def xla_runtime_env(options: WorkerOptions, identity: WorkerIdentity, env: Mapping[str, str]) -> dict[str, str]:
-    """Variables this worker's own process needs before torch_xla is imported, for the device the launch
-    decided (`options.xla_device`).
-
-    torch-xla reads its configuration from the process environment at import time, so the worker sets
-    these in its own `os.environ` (they also reach any process the script starts, such as the children of
-    `torch_xla.launch`, which is what the script expects).
-    """
-    updates = {"PJRT_DEVICE": options.xla_device}
-    # The PJRT GPU client reads PJRT_LOCAL_PROCESS_RANK (some builds do not fall back to LOCAL_RANK).
-    updates["PJRT_LOCAL_PROCESS_RANK"] = env.get("PJRT_LOCAL_PROCESS_RANK", str(identity.local_rank))
-    if identity.world_size > 1:
-        updates["PJRT_LOCAL_PROCESS_COUNT"] = env.get("PJRT_LOCAL_PROCESS_COUNT", str(identity.local_world_size))
-        for name in PER_RANK_FILE_VARIABLES:
-            path = env.get(name)
-            if path and not path.endswith(f".rank{identity.rank}"):
-                updates[name] = f"{path}.rank{identity.rank}"
+def per_rank_files(names: Iterable[str], identity: WorkerIdentity, env: Mapping[str, str]) -> dict[str, str]:
+    """Variables naming one file that every process would write (a debug log): with several workers, each gets
+    its own, `<path>.rank<N>`."""
+    if identity.world_size <= 1:
+        return {}
+    updates = {}
+    for name in names:
+        path = env.get(name)
+        if path and not path.endswith(f".rank{identity.rank}"):
+            updates[name] = f"{path}.rank{identity.rank}"
     return updates

@@ -1,8 +1,9 @@
 """The bootstrap every worker runs: `opentc-worker [options] script.py [args...]`.
 
-It prepares the runtime (PyTorch/XLA, or plain PyTorch with torch_xla untouched), runs the script as
-`__main__`, and turns however the script ended into an exit code and, on failure, an error record at
-$TORCHELASTIC_ERROR_FILE (where torchrun and opentc-run look for it).
+It starts the backend's session (PyTorch/XLA, TorchInductor, or plain PyTorch; torch_xla is imported by the
+xla backend only), runs the script as `__main__`, finishes the session (its compile report), and turns however
+the script ended into an exit code and, on failure, an error record at $TORCHELASTIC_ERROR_FILE (where torchrun
+and opentc-run look for it).
 """
 
 from __future__ import annotations
@@ -17,28 +18,21 @@ import traceback
 from typing import NoReturn
 
 from . import exit_codes
-from .decision import LaunchRefused, decide, unsynchronized_warning, visible_gpu_count
+from .backends import backend_named
+from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import BadEnvironmentValue
 from .errors import record_error, summarize_exception
+from .gpus import visible_gpu_count
 from .options import WorkerOptions, add_worker_arguments
+from .process import StoppedWithExitCode, Terminated, configure_logging, exit_code_of
 from .runtime import WorkerIdentity
 from .script import run_module, run_script, why_not_a_script
-from .spawned import SpawnedWorkerStopped
 
 log = logging.getLogger("opentc_launcher")
 
+__all__ = ["Terminated", "configure_logging", "exit_code_of", "main"]
+
 _PR_SET_PDEATHSIG = 1
-
-
-class Terminated(BaseException):
-    """Raised in the main thread on SIGTERM so the script's `finally` blocks and context managers run.
-
-    A BaseException, so a script's `except Exception` does not swallow it.
-    """
-
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-        self.signum = signum
 
 
 def _raise_terminated(signum, _frame):
@@ -46,23 +40,16 @@ def _raise_terminated(signum, _frame):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # No abbreviations: the script's own arguments follow ours, and argparse would read `--compile` (the script's)
+    # as an ambiguous abbreviation of --compile-report-dir / --compile-cache-dir and stop.
     parser = argparse.ArgumentParser(
-        prog="opentc-worker",
-        description="Run a training script in this process after preparing PyTorch/XLA.")
+        prog="opentc-worker", allow_abbrev=False,
+        description="Run a training script in this process after preparing its compiler backend.")
     add_worker_arguments(parser)
     parser.add_argument("--module", "-m", action="store_true", help="the script is a module name, as python -m")
     parser.add_argument("script", help="the training script (or module with --module)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     return parser
-
-
-def configure_logging() -> None:
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("[opentc-launcher] %(levelname)s %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
 
 
 def die_with_parent() -> None:
@@ -75,24 +62,6 @@ def die_with_parent() -> None:
         return
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(exit_codes.of_signal(signal.SIGKILL))
-
-
-def exit_code_of(exc: BaseException) -> int:
-    """The exit code Python itself would give for an exception that ended the script."""
-    if isinstance(exc, SystemExit):
-        code = exc.code
-        if code is None:
-            return exit_codes.OK
-        if isinstance(code, int):
-            return code & 0xFF
-        return exit_codes.FAILED  # a message: Python prints it and exits 1
-    if isinstance(exc, Terminated):
-        return exit_codes.of_signal(exc.signum)
-    if isinstance(exc, SpawnedWorkerStopped):
-        return exc.exit_code
-    if isinstance(exc, KeyboardInterrupt):
-        return exit_codes.of_signal(signal.SIGINT)
-    return exit_codes.FAILED
 
 
 _LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -126,7 +95,7 @@ def record_failure(exc: BaseException, exit_code: int) -> None:
         summary, tb = f"the script called sys.exit({exc.code!r})", ""
     elif isinstance(exc, Terminated):
         summary, tb = f"the script was {exc}", ""
-    elif isinstance(exc, SpawnedWorkerStopped):
+    elif isinstance(exc, StoppedWithExitCode):
         summary, tb = exc.summary, ""
     else:
         tb = format_failure(exc)
@@ -149,22 +118,19 @@ def main(argv: list[str] | None = None) -> NoReturn:
     problem = None if args.module else why_not_a_script(args.script)
     if problem:
         refuse(f"training script {args.script} {problem}")
-    session = None
+    backend = backend_named(options.backend)
     try:
         identity = WorkerIdentity.from_env(os.environ)
-        if options.runtime == "xla":
-            if options.xla_device == "auto":  # started on its own: nothing decided for this worker yet
-                options = decide(options, identity.world_size, os.environ, visible_gpu_count())
-            warning = unsynchronized_warning(options, identity.world_size)
-            if warning:
-                log.warning("rank %d: %s", identity.rank, warning)
-            from .xla_session import XlaSession
-
-            session = XlaSession.start(options, identity, os.environ)
+        if options.device == "auto":  # started on its own: nothing decided for this worker yet
+            options = decide(options, identity.world_size, os.environ, visible_gpu_count())
+        warning = unsynchronized_warning(options, identity.world_size)
+        if warning:
+            log.warning("rank %d: %s", identity.rank, warning)
+        session = backend.start(options, identity, os.environ)
     except (LaunchRefused, BadEnvironmentValue) as e:
         refuse(str(e))
     except Exception as e:  # torch_xla missing or broken, a runtime that does not start
-        log.error("PyTorch/XLA could not be prepared, so the script did not start")
+        log.error("%s could not be prepared, so the script did not start", backend.title)
         record_failure(e, exit_codes.FAILED)
         sys.exit(exit_codes.FAILED)
 
@@ -181,8 +147,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         exit_code = exit_code_of(exc)
         if exit_code != exit_codes.OK:
             record_failure(exc, exit_code)
-    if session is not None:
-        session.finish(exit_code)
+    session.finish(exit_code)
     sys.exit(exit_code)
 
 

@@ -3,7 +3,9 @@ files of the `train` channel with plain PyTorch/XLA (no Trainer).
 
 It follows Training Compiler's best practices: fixed-length blocks (static shapes, the last uneven batch
 dropped), the loss read back to the host only every --log_every steps, and the model moved to the CPU
-before saving. It runs unchanged without the compiler (plain PyTorch on CPU or CUDA).
+before saving. It runs unchanged without the compiler (plain PyTorch on CPU or CUDA) and on the Inductor
+backend, where it compiles the model with torch.compile: a plain script has to, and it reads the backend from
+ACCELERATE_DYNAMO_BACKEND, the variable the toolkit sets for accelerate and the Trainer.
 """
 
 import argparse
@@ -98,6 +100,9 @@ def main():
 
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)
+    compiler = os.environ.get("ACCELERATE_DYNAMO_BACKEND", "no").lower()
+    if compiler not in ("", "no"):
+        model = torch.compile(model, backend=compiler)   # the parameters stay the model's: the optimizer is fine
     batches_per_epoch = len(blocks) // args.batch_size   # the last uneven batch is dropped
     losses, started = [], time.time()
     for step in range(args.max_steps):
@@ -115,7 +120,7 @@ def main():
 
     if rank == 0:
         os.makedirs(args.model_dir, exist_ok=True)
-        model.to("cpu").save_pretrained(args.model_dir)
+        getattr(model, "_orig_mod", model).to("cpu").save_pretrained(args.model_dir)
         tokenizer.save_pretrained(args.model_dir)
         os.makedirs(args.output_data_dir, exist_ok=True)
         with open(os.path.join(args.output_data_dir, "metrics.json"), "w", encoding="utf-8") as f:

@@ -1,4 +1,4 @@
-"""Training Compiler settings from the job's hyperparameters, and the XLA environment they call for."""
+"""Training Compiler settings from the job's hyperparameters, and the environment the chosen backend calls for."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from opentc_launcher.backend import CompilerBackend
+from opentc_launcher.backends import backend_named
 from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES
 
 from .errors import JobConfigError
@@ -20,9 +22,12 @@ CACHE = "sagemaker_training_compiler_cache"
 CACHE_DIR = "sagemaker_training_compiler_cache_dir"
 MAX_COMPILATIONS = "sagemaker_training_compiler_max_compilations"
 LIBRARY_PATCHES = "sagemaker_training_compiler_library_patches"
+BACKEND = "sagemaker_training_compiler_backend"
+# The compilers the hyperparameter chooses from: xla (AWS's Training Compiler, the default) and inductor.
+COMPILER_BACKENDS = ("xla", "inductor")
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
-COMPILER_KEYS = (ENABLED, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS, LIBRARY_PATCHES)
+COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS, LIBRARY_PATCHES)
 COMPILER_PREFIX = "sagemaker_training_compiler_"
 
 
@@ -68,13 +73,23 @@ def _folder(params: Mapping[str, Any], key: str) -> str:
 @dataclass(frozen=True)
 class CompilerSettings:
     enabled: bool = False
+    backend: str = "xla"         # the compiler when enabled: xla or inductor
     debug: bool = False
     multi_worker: bool = False
     cpu_multi_worker: str = "refuse"
     cache: bool = True
     cache_dir: str = ""          # empty: the default under the checkpoints folder
     max_compilations: int = 0    # 0: no limit
-    library_patches: bool = True  # opentc_launcher.library_patches on XLA runs
+    library_patches: bool = True  # opentc_launcher.xla.library_patches on XLA runs
+
+    @property
+    def backend_name(self) -> str:
+        """The backend the workers run: the compiler chosen, or eager (plain PyTorch) with the compiler off."""
+        return self.backend if self.enabled else "eager"
+
+    @property
+    def compiler(self) -> CompilerBackend:
+        return backend_named(self.backend_name)
 
     @classmethod
     def from_hyperparameters(cls, params: Mapping[str, Any]) -> CompilerSettings:
@@ -84,6 +99,7 @@ class CompilerSettings:
                                  + ", ".join(COMPILER_KEYS) + f" and {MULTI_WORKER}.")
         return cls(
             enabled=_boolean(params, ENABLED, False),
+            backend=_choice(params, BACKEND, COMPILER_BACKENDS, "xla"),
             debug=_boolean(params, DEBUG, False),
             multi_worker=_boolean(params, MULTI_WORKER, False),
             cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, "refuse"),
@@ -102,36 +118,15 @@ class EnvironmentChanges:
     kept: Mapping[str, str]          # name -> the value the user set (which stays)
 
 
-def debug_environment(folder: str) -> dict[str, str]:
-    """torch-xla's debug and dump switches, with every artefact under `folder`."""
-    return {
-        "PT_XLA_DEBUG_LEVEL": "1",           # compilation analysis: why each graph was compiled
-        "XLA_IR_DEBUG": "1",                 # Python frames in the IR ...
-        "XLA_HLO_DEBUG": "1",                # ... and in the HLO metadata
-        "XLA_SAVE_TENSORS_FILE": os.path.join(folder, "XLA_SAVE_TENSORS_FILE.hlo"),
-        "XLA_SAVE_TENSORS_FMT": "hlo",
-        "XLA_METRICS_FILE": os.path.join(folder, "XLA_METRICS_FILE.txt"),
-        "XLA_DUMP_FATAL_STACK": "1",
-        "XLA_FLAGS": f"--xla_dump_to={os.path.join(folder, 'xla_dump')}",
-    }
-
-
 def compiler_environment(settings: CompilerSettings, *, gpu_count: int, compiler_output: str,
                          base_env: Mapping[str, str]) -> EnvironmentChanges:
-    """The variables the workers need; a variable the user already set is kept, never overridden.
+    """The variables the workers need for the backend (opentc_launcher's backend decides which); a variable the
+    user already set is kept, never overridden. Debug mode's artefacts go under `compiler_output`.
 
-    The PJRT device is not one of them: the launch plan decides it (opentc_launcher.decision).
+    The device is not one of them: the launch plan decides it (opentc_launcher.decision).
     """
-    wanted: dict[str, str]
-    if settings.enabled:
-        wanted = {"USE_TORCH_XLA": "1"}
-        if gpu_count > 0:
-            wanted["GPU_NUM_DEVICES"] = str(gpu_count)
-        if settings.debug:
-            wanted.update(debug_environment(compiler_output))
-    else:
-        # transformers and accelerate take the XLA device whenever torch_xla imports, unless told not to.
-        wanted = {"USE_TORCH_XLA": "0"}
+    wanted = settings.compiler.launch_environment(gpu_count=gpu_count, debug=settings.enabled and settings.debug,
+                                                  debug_dir=compiler_output)
     kept = {k: base_env[k] for k in wanted if k in base_env and base_env[k] != wanted[k]}
     applied = {k: v for k, v in wanted.items() if k not in base_env}
     return EnvironmentChanges(applied=MappingProxyType(applied), kept=MappingProxyType(kept))

@@ -21,10 +21,10 @@ import traceback
 from collections.abc import Mapping
 from typing import NoReturn
 
-from opentc_launcher import exit_codes, xla_cuda
+from opentc_launcher import exit_codes
 
 from .aws_launcher import adapt_aws_launcher
-from .compiler import DEBUG, ENABLED, LIBRARY_PATCHES, MULTI_WORKER, CompilerSettings
+from .compiler import BACKEND, DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
 from .errors import JobConfigError, JobStopped
 from .job import JobPaths, TrainingJob, read_job
 from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stopped
@@ -41,24 +41,20 @@ DEFAULT_BASE_DIR = "/opt/ml"
 def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, base_env: Mapping[str, str]) -> None:
     if settings.enabled:
         log.info("Found configuration for Training Compiler")
-        log.info("Configuring SM Training Compiler...")
-        log.info("PyTorch/XLA on PJRT_DEVICE=%s (%d GPU(s) on this host)", plan.options.xla_device, job.num_gpus)
+        log.info("Configuring SM Training Compiler... (%s=%s)", BACKEND, settings.backend)
+        for note in settings.compiler.launch_notes(plan.options, job.num_gpus, base_env):
+            log.info("%s", note)
         if settings.debug:
             log.info("Training Compiler set to debug mode. This may impact performance. "
                      "Debug artifacts will be saved in %s", job.paths.compiler_output)
-        if plan.options.xla_device == "CUDA":
-            log.info("%s", xla_cuda.status_line())
-        if not settings.library_patches:
-            log.info("library patches off (%s=false): transformers and accelerate run as installed",
-                     LIBRARY_PATCHES)
-        if "PJRT_DEVICE" in base_env:
-            log.info("Found pre-existing configuration PJRT_DEVICE=%s: keeping it", base_env["PJRT_DEVICE"])
     else:
         log.info("Training Compiler is off (%s): plain PyTorch, USE_TORCH_XLA=%s",
                  f"{ENABLED}=false" if ENABLED in job.framework_params else f"{ENABLED} not set",
                  plan.command.env.get("USE_TORCH_XLA"))
         if settings.debug:
             log.warning("%s is ignored: the compiler is off", DEBUG)
+        if BACKEND in job.framework_params:
+            log.warning("%s is ignored: the compiler is off (%s=true turns it on)", BACKEND, ENABLED)
     for name, value in plan.kept_variables.items():
         log.info("Found pre-existing configuration %s=%s: keeping it", name, value)
     for name, value in sorted(plan.replaced_variables.items()):
@@ -102,7 +98,11 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
                 os.makedirs(job.paths.compiler_output, exist_ok=True)
             announce(job, settings, plan, base_env)
             wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
-            result = supervisor.run(plan.command)
+            try:
+                result = supervisor.run(plan.command)
+            finally:
+                settings.compiler.after_launch(debug=settings.enabled and settings.debug,
+                                               debug_dir=job.paths.compiler_output)
             return judge(result, plan.failure_source, job.current_host, plan.world.size)
     except JobConfigError as e:
         return not_started(str(e), e.exit_code)

@@ -28,7 +28,7 @@ from .supervisor import Command
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_PEER_TIMEOUT = 300.0
 DEFAULT_GRACE = 90.0
-DEFAULT_CACHE_FOLDER = "xla-compile-cache"
+DEFAULT_CACHE_FOLDER = "compile-cache"   # under the checkpoints folder; a sub-folder per backend, version and device
 # Linux refuses a single argument or environment entry longer than this (MAX_ARG_STRLEN, 32 pages).
 MAX_ARG_BYTES = 131072
 
@@ -116,19 +116,19 @@ def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
 
 def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
     """What every worker runs with; the device and the CPU multi-worker policy decided for this world."""
-    if not settings.enabled:
-        return WorkerOptions(runtime="torch")
-    cache_dir = ""
-    if settings.cache:
-        cache_dir = settings.cache_dir or os.path.join(job.paths.checkpoints, DEFAULT_CACHE_FOLDER)
-    requested = WorkerOptions(
-        runtime="xla",
-        cpu_multi_worker=settings.cpu_multi_worker,
-        compile_report_dir=job.paths.compiler_output,
-        compile_cache_dir=cache_dir,
-        max_compilations=settings.max_compilations,
-        library_patches=settings.library_patches,
-    )
+    requested = WorkerOptions(backend="eager")
+    if settings.enabled:
+        cache_dir = ""
+        if settings.cache:
+            cache_dir = settings.cache_dir or os.path.join(job.paths.checkpoints, DEFAULT_CACHE_FOLDER)
+        requested = WorkerOptions(
+            backend=settings.backend,
+            cpu_multi_worker=settings.cpu_multi_worker,
+            compile_report_dir=job.paths.compiler_output,
+            compile_cache_dir=cache_dir,
+            max_compilations=settings.max_compilations,
+            library_patches=settings.library_patches,
+        )
     try:
         return decide(requested, world.size, env, job.num_gpus)
     except LaunchRefused as e:

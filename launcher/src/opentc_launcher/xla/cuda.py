@@ -14,7 +14,7 @@ import ctypes
 import importlib.metadata as metadata
 import os
 
-from .decision import LaunchRefused
+from ..backend import LaunchRefused
 
 PLUGIN_DISTRIBUTION = "jax-cuda12-pjrt"
 PLUGIN_LIBRARY = "xla_cuda_plugin.so"

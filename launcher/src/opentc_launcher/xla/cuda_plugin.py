@@ -18,9 +18,9 @@ import functools
 import os
 from typing import Any
 
-from .decision import visible_gpu_count
-from .env_values import number_from_env
-from .xla_cuda import check_cuda_plugin
+from ..env_values import number_from_env
+from ..gpus import visible_gpu_count
+from .cuda import check_cuda_plugin
 
 
 def _flag(name: str) -> Any:

@@ -16,15 +16,15 @@ here, on XLA runs only:
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
+import functools
 import inspect
 import logging
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+
+from ..after_import import when_imported
 
 log = logging.getLogger("opentc_launcher")
 
@@ -227,49 +227,15 @@ def _apply(patch: LibraryPatch, module: ModuleType) -> bool:
     return True
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs each patch right after its module is first executed, whoever imports it."""
-
-    def __init__(self, patches: dict[str, LibraryPatch]):
-        self.pending = patches
-        self._lock = threading.Lock()
-        self._finding: set[str] = set()
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in self.pending or fullname in self._finding:
-            return None
-        self._finding.add(fullname)
-        try:
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        finally:
-            self._finding.discard(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader, patch = spec.loader, self.pending[fullname]
-        run_module = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            run_module(module)
-            with self._lock:
-                if self.pending.pop(fullname, None) is not None:
-                    _apply(patch, module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+def _apply_when_imported(patch: LibraryPatch, module: ModuleType) -> None:
+    _apply(patch, module)
 
 
 def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
-    """Arm every patch: applied now if its module is already imported, else right after its import.
-    Returns the names armed."""
-    waiting = {}
+    """Arm every patch: applied now if its module is already imported, else right after its import (whoever
+    imports it). Returns the names armed."""
     for patch in patches:
-        module = sys.modules.get(patch.module)
-        if module is not None:
-            _apply(patch, module)
-        else:
-            waiting[patch.module] = patch
-    if waiting:
-        sys.meta_path.insert(0, _AfterImport(waiting))
+        when_imported(patch.module, functools.partial(_apply_when_imported, patch))
     names = [p.name for p in patches]
     log.info("library patches armed for XLA: %s (off with sagemaker_training_compiler_library_patches=false "
              "or --library-patches false)", ", ".join(names))

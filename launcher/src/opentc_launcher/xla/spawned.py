@@ -23,24 +23,27 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from . import exit_codes
+from .. import exit_codes
+from ..backend import WorkerSession
+from ..options import WorkerOptions
+from ..process import StoppedWithExitCode, configure_logging, exit_code_of
+from ..runtime import WorkerIdentity
 from .library_patches import replace_once
-from .options import WorkerOptions
-from .runtime import WorkerIdentity
+from .parameters import parameters_kept_on_move
 
 log = logging.getLogger("opentc_launcher")
 
 _attached = threading.Lock()   # one session per process, even where torch-xla runs a thread per device
 
 
-class SpawnedWorkerStopped(BaseException):
+class SpawnedWorkerStopped(StoppedWithExitCode):
     """A process the script started stopped itself (the compilation limit): the worker ends with its exit code
     and its reason instead of multiprocessing's "a process terminated abruptly"."""
 
-    def __init__(self, exit_code: int, summary: str):
-        super().__init__(summary)
-        self.exit_code = exit_code
-        self.summary = summary
+
+# How a process the script started gets the worker's set-up: XlaSession.attach (passed in, so that this module
+# and the session need not import each other; a classmethod pickles by name into the new process).
+Attach = Callable[[WorkerOptions, WorkerIdentity, str, bool], WorkerSession]
 
 
 @dataclass(frozen=True)
@@ -52,14 +55,12 @@ class InSpawnedProcess:
     parent: str        # the starting worker's process name, rank<N>
     error_dir: str     # where a process that stops itself leaves its reason for the starting worker
     keep_parameters: bool   # the starting process's swap switch when it launched (the script may have set it)
+    attach: Attach
 
     def __call__(self, *args, **kwargs):
         if not _attached.acquire(blocking=False):    # another device thread of this process has the session
             return self.fn(*args, **kwargs)
         import torch_xla.runtime as xr
-
-        from .worker import configure_logging, exit_code_of
-        from .xla_session import XlaSession
 
         configure_logging()
         process = f"{self.parent}-spawned{xr.global_ordinal()}"
@@ -67,9 +68,9 @@ class InSpawnedProcess:
                                   world_size=xr.world_size(), local_world_size=xr.local_process_count())
         # This process's own error record (the compilation limit writes one), read back by the starting worker.
         os.environ["TORCHELASTIC_ERROR_FILE"] = os.path.join(self.error_dir, f"{process}.json")
-        session = XlaSession.attach(self.options, identity, process, self.keep_parameters)
+        session = self.attach(self.options, identity, process, self.keep_parameters)
         log.info("%s: started by the script (torch_xla.launch / xmp.spawn) on PJRT_DEVICE=%s", process,
-                 self.options.xla_device)
+                 self.options.device.upper())
         exit_code = exit_codes.FAILED
         try:
             result = self.fn(*args, **kwargs)
@@ -93,7 +94,7 @@ def _stopped_child(error_dir: str) -> SpawnedWorkerStopped | None:
     return None
 
 
-def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity) -> bool:
+def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity, attach: Attach) -> bool:
     """Wrap torch-xla's process launcher so the processes it starts get this worker's set-up and diagnostics."""
     from torch_xla._internal import pjrt
 
@@ -107,12 +108,10 @@ def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity) -
     parent = f"rank{identity.rank}"
 
     def run_multiprocess(fn, *args, start_method="spawn", **kwargs):
-        from .xla_session import parameters_kept_on_move
-
         error_dir = tempfile.mkdtemp(prefix="opentc-spawned-")
         try:
-            return original(InSpawnedProcess(fn, options, parent, error_dir, parameters_kept_on_move()), *args,
-                            start_method=start_method, **kwargs)
+            spawned = InSpawnedProcess(fn, options, parent, error_dir, parameters_kept_on_move(), attach)
+            return original(spawned, *args, start_method=start_method, **kwargs)
         except BrokenProcessPool as e:
             stopped = _stopped_child(error_dir)
             if stopped is not None:

@@ -1,0 +1,107 @@
+"""The one interface every compiler backend sits behind, and the session a worker runs around the script.
+
+A backend answers, for the outermost launcher (pure, no torch imported): which device a launch uses, whether
+several workers may run on it, and what the workers' environment needs. In each worker it starts a session:
+prepared before the script, told after each optimizer step (the shared StepCounter), finished after the script
+with the backend's compile report. Generic modules (decision, worker, run, the toolkit's plan) know backends only
+through this interface; each backend's own names live in its own module (eager, xla/, inductor/).
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, MutableMapping
+from typing import ClassVar
+
+from .compile_report import CompileReport, log_report, write_compile_report
+from .options import WorkerOptions
+from .runtime import WorkerIdentity
+from .steps import StepCounter
+
+log = logging.getLogger("opentc_launcher")
+
+
+class LaunchRefused(Exception):
+    """The launch cannot go ahead as configured; the message says why and what is accepted."""
+
+
+def cuda_or_cpu(requested: str, gpu_count: int, who: str) -> str:
+    """The device for backends that run on torch's own devices: cuda with a GPU visible, else cpu."""
+    if requested == "auto":
+        return "cuda" if gpu_count > 0 else "cpu"
+    if requested not in ("cuda", "cpu"):
+        raise LaunchRefused(f"device {requested!r} is not accepted for {who}: use cuda or cpu, or auto (cuda when "
+                            f"a GPU is visible, else cpu).")
+    if requested == "cuda" and gpu_count == 0:
+        raise LaunchRefused(no_gpu_message("device cuda", f"{who} on a GPU"))
+    return requested
+
+
+def no_gpu_message(asked: str, what: str) -> str:
+    return (f"no GPU visible: {asked} asks for {what}, but this machine (or container) shows no GPU (nvidia-smi "
+            f"and NVML find none). Run on a GPU instance type, or locally with `docker run --gpus all` and the "
+            f"NVIDIA container toolkit; or let the device be chosen (auto) to train on the CPU.")
+
+
+class WorkerSession:
+    """One worker process's compiler, around the user's script: `start` before it, `after_step` after each
+    optimizer step, `finish` after it, however it ended (the compile report, where the backend has one)."""
+
+    def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
+        self.options = options
+        self.identity = identity
+        self.process = process   # rank<N> (or rank<N>-spawned<K>): names its report and its cache folder
+        self.steps = StepCounter(self.after_step)
+
+    def start(self) -> None:
+        self.steps.install()
+
+    def after_step(self, step: int) -> None:
+        """After optimizer step `step` (1, 2, ...); the backend's per-step observations."""
+
+    def compile_report(self, exit_code: int) -> CompileReport | None:
+        """The backend's report of what it compiled; None for a backend that compiles nothing."""
+        return None
+
+    def finish(self, exit_code: int) -> None:
+        report = self.compile_report(exit_code)
+        if report is not None:
+            log_report(report, write_compile_report(report, self.options.compile_report_dir))
+
+
+class CompilerBackend(ABC):
+    """What a launch needs to know of one compiler (see the module's docstring)."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]          # how the log calls it: "PyTorch/XLA", "torch.compile (TorchInductor)"
+
+    @abstractmethod
+    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
+        """The device every worker uses (`requested` is an option's value, or auto); raises LaunchRefused."""
+
+    def multi_worker_refusal(self, options: WorkerOptions, world_size: int) -> str | None:
+        """Why `world_size` workers cannot run as decided (the message, with what works instead), or None."""
+        return None
+
+    def unsynchronized_warning(self, options: WorkerOptions, world_size: int) -> str | None:
+        """The warning every process prints when the launch runs anyway with a known flaw, or None."""
+        return None
+
+    def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
+        """Variables every worker's environment needs for this backend (a launcher keeps any the user set)."""
+        return {}
+
+    def after_launch(self, *, debug: bool, debug_dir: str) -> None:  # noqa: B027  (most backends: nothing)
+        """On the launching host, after the workers ended (however): what debug mode leaves besides the workers'
+        own files. Never raises."""
+
+    def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
+        """Lines for the job's log about this launch (`env`: the container's environment)."""
+        return [f"{self.title} on {options.device} ({gpu_count} GPU(s) on this host)"]
+
+    @abstractmethod
+    def start(self, options: WorkerOptions, identity: WorkerIdentity,
+              environ: MutableMapping[str, str]) -> WorkerSession:
+        """In the worker, before the script: prepare this process (its own environment included) and return the
+        session the worker finishes after the script."""

@@ -1,0 +1,158 @@
+"""The compile report every compiled worker writes, whatever the backend: the same file, the same log line.
+
+`compile-report-<process>.json` in the report folder (output/data/compiler/ under the toolkit) holds what
+every backend counts (graphs compiled and when, compile seconds, the persistent cache, optimizer steps,
+findings in Training Compiler's terms) and each backend's own counters beside them (`details`, flattened into
+the JSON). The log gets one line: "clean", or one line per problem with its fix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger("opentc_launcher")
+
+# New graphs after warm-up are worth a warning when they keep appearing: seen at this many different
+# steps. A burst at one step is legitimate (the first logging or evaluation step compiles its graphs).
+RECOMPILATION_WARNING = 3
+
+SHAPES_FIX = ("keep shapes static: pad every sequence to one fixed length (padding='max_length'), cut text "
+              "into fixed-size blocks, and drop the last uneven batch (drop_last=True / dataloader_drop_last)")
+
+
+@dataclass
+class Finding:
+    problem: str
+    fix: str
+
+
+@dataclass
+class CompileTimeline:
+    """Compilations seen, relative to the training steps (optimizer steps where the script has an optimizer,
+    else the backend's own unit: syncs on XLA)."""
+
+    warmup_steps: int
+    steps_seen: int = 0
+    compiles_seen: int = 0
+    after_warmup: int = 0
+    late_points: int = 0                  # different steps at which graphs appeared after warm-up
+    steps_with_new_graphs: list[int] = field(default_factory=list)
+
+    def observe(self, steps: int, compiles: int) -> None:
+        new = compiles - self.compiles_seen
+        if new > 0 and steps > self.warmup_steps:
+            self.after_warmup += new
+            if not self.steps_with_new_graphs or self.steps_with_new_graphs[-1] != steps:
+                self.late_points += 1
+                if len(self.steps_with_new_graphs) < 50:
+                    self.steps_with_new_graphs.append(steps)
+        self.steps_seen, self.compiles_seen = steps, max(compiles, self.compiles_seen)
+
+    @property
+    def keeps_recompiling(self) -> bool:
+        return self.late_points >= RECOMPILATION_WARNING
+
+    def recompilation_finding(self) -> Finding | None:
+        if not self.keeps_recompiling:
+            return None
+        where = ", ".join(str(s) for s in self.steps_with_new_graphs[:8])
+        return Finding(f"{self.after_warmup} graph(s) were compiled after warm-up (step {self.warmup_steps}), at "
+                       f"{self.late_points} different steps ({where}, ...): input shapes are changing between "
+                       f"steps.", SHAPES_FIX)
+
+
+def recompilation_warning(process: str, timeline: CompileTimeline, compiles: int) -> str:
+    """The line logged while the job runs, when new graphs keep appearing after warm-up."""
+    return (f"{process}: new graphs keep being compiled after warm-up ({timeline.after_warmup} at "
+            f"{timeline.late_points} different steps, the last at step {timeline.steps_seen}; {compiles} graphs "
+            f"in all): input shapes are probably changing between steps. To fix: {SHAPES_FIX}.")
+
+
+def limit_message(compiles: int, limit: int, what: str = "compiled") -> str:
+    return (f"compilation limit reached: {compiles} graphs {what}, more than the {limit} allowed "
+            f"(hyperparameter sagemaker_training_compiler_max_compilations, or --max-compilations). Shapes are "
+            f"probably changing between steps; to fix: {SHAPES_FIX}.")
+
+
+@dataclass
+class CompileReport:
+    process: str                    # rank<N>, or rank<N>-spawned<K> for a process the script started
+    rank: int
+    world_size: int
+    backend: str
+    device: str
+    exit_code: int | None
+    optimizer_steps: int
+    graphs_compiled: int
+    compile_seconds_total: float
+    compile_seconds_per_graph: list[float]
+    graphs_after_warmup: int
+    steps_with_late_graphs: int
+    warmup_steps: int
+    steps_with_new_graphs: list[int]
+    persistent_cache: dict
+    findings: list[Finding]
+    details: dict[str, Any] = field(default_factory=dict)   # the backend's own counters, flattened in the JSON
+    activity: str = ""              # what ran, in the backend's words ("31 executions"), for the summary line
+    clean_means: str = "clean"      # what "clean" checked, in the backend's words
+    nothing_observed: str = ""      # when set: the process ran nothing on the compiler (said instead of clean)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        details = data.pop("details")
+        for key in ("activity", "clean_means", "nothing_observed"):
+            data.pop(key)
+        return {**data, **details}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def summary_lines(self) -> list[str]:
+        who = self.process
+        if self.nothing_observed and not self.findings:
+            return [f"{who}: compile report: {self.nothing_observed}"]
+        steps = _plural(self.optimizer_steps, "optimizer step", "optimizer steps")
+        if self.optimizer_steps and self.activity:
+            over = f"{steps} ({self.activity})"
+        else:
+            over = steps if self.optimizer_steps or not self.activity else self.activity
+        head = (f"{who}: compile report: {self.graphs_compiled} graph(s) compiled in "
+                f"{self.compile_seconds_total:.1f} s over {over}")
+        cache = self.persistent_cache
+        if cache.get("dir"):
+            head += f", {cache.get('hits', 0)} loaded from the persistent cache"
+        if not self.findings:
+            return [f"{head}; {self.clean_means}: clean."]
+        return [head + ":"] + [f"  - {f.problem} To fix: {f.fix}." for f in self.findings]
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def write_compile_report(report: CompileReport, folder: str) -> str | None:
+    """Write compile-report-<process>.json into folder; a failure to write is logged, never raised."""
+    if not folder:
+        return None
+    path = os.path.join(folder, f"compile-report-{report.process}.json")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(report.to_json())
+        os.replace(tmp, path)
+        return path
+    except OSError as e:
+        log.warning("%s: could not write the compile report to %s: %s", report.process, path, e)
+        return None
+
+
+def log_report(report: CompileReport, path: str | None) -> None:
+    for line in report.summary_lines():
+        (log.warning if report.findings else log.info)("%s", line)
+    if path:
+        log.info("%s: compile report written to %s", report.process, path)

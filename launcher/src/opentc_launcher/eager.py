@@ -1,0 +1,30 @@
+"""Plain PyTorch, no compiler: what runs with Training Compiler off. torch_xla is never imported.
+
+Its session counts the optimizer steps like every backend's; it compiles nothing, so it writes no compile report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+
+from .backend import CompilerBackend, WorkerSession, cuda_or_cpu
+from .options import WorkerOptions
+from .runtime import WorkerIdentity
+
+
+class EagerBackend(CompilerBackend):
+    name = "eager"
+    title = "plain PyTorch (no compiler)"
+
+    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
+        return cuda_or_cpu(requested, gpu_count, "plain PyTorch")
+
+    def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
+        # transformers and accelerate take the XLA device whenever torch_xla imports, unless told not to.
+        return {"USE_TORCH_XLA": "0"}
+
+    def start(self, options: WorkerOptions, identity: WorkerIdentity,
+              environ: MutableMapping[str, str]) -> WorkerSession:
+        session = WorkerSession(options, identity, f"rank{identity.rank}")
+        session.start()
+        return session

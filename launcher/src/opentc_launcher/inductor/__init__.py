@@ -1,0 +1,61 @@
+"""torch.compile with TorchInductor as a compiler backend: PyTorch's own compiler, on CUDA GPUs and CPUs.
+
+Workers are plain PyTorch processes (torch_xla is never imported; USE_TORCH_XLA=0). Trainer and Accelerate
+scripts compile with no change: accelerate builds its TorchDynamoPlugin from ACCELERATE_DYNAMO_BACKEND when the
+script gives none, and the Trainer passes None unless told otherwise. A plain script calls torch.compile itself.
+The session (inductor.session) keeps the caches in the job's cache folder, counts what was compiled, captured
+and loaded from the cache, names graph breaks and recompilations, and enforces the compilation limit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+
+from ..backend import CompilerBackend, WorkerSession, cuda_or_cpu
+from ..options import WorkerOptions
+from ..runtime import WorkerIdentity
+
+# What debug mode writes (under the compiler folder, output/data/compiler/ in a SageMaker job).
+TRACE_FOLDER = "torch_trace"          # TORCH_TRACE: torch's structured trace, one file per rank (tlparse reads it)
+LOGS_FILE = "torch_logs.txt"          # TORCH_LOGS_OUT: the graph-break and recompile logs (.rank<N> per worker)
+
+
+class InductorBackend(CompilerBackend):
+    name = "inductor"
+    title = "torch.compile (TorchInductor)"
+
+    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
+        return cuda_or_cpu(requested, gpu_count, "TorchInductor")
+
+    def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
+        wanted = {
+            # accelerate picks XLA whenever torch_xla imports, transformers too: this is plain PyTorch.
+            "USE_TORCH_XLA": "0",
+            # accelerate's Accelerator() (and so the Trainer) compiles the model with this backend.
+            "ACCELERATE_DYNAMO_BACKEND": "inductor",
+        }
+        if debug:
+            wanted.update({
+                "TORCH_TRACE": os.path.join(debug_dir, TRACE_FOLDER),
+                "TORCH_LOGS": "graph_breaks,recompiles",
+                "TORCH_LOGS_OUT": os.path.join(debug_dir, LOGS_FILE),
+            })
+        return wanted
+
+    def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
+        return [f"torch.compile (TorchInductor) on {options.device} ({gpu_count} GPU(s) on this host): Trainer "
+                f"and Accelerate scripts compile by themselves (ACCELERATE_DYNAMO_BACKEND=inductor); a plain "
+                f"script compiles what it passes to torch.compile"]
+
+    def after_launch(self, *, debug: bool, debug_dir: str) -> None:
+        if debug:
+            from .trace_report import render_trace_reports
+
+            render_trace_reports(os.path.join(debug_dir, TRACE_FOLDER), os.path.join(debug_dir, "tlparse"))
+
+    def start(self, options: WorkerOptions, identity: WorkerIdentity,
+              environ: MutableMapping[str, str]) -> WorkerSession:
+        from .session import InductorSession
+
+        return InductorSession.prepare(options, identity, environ)

@@ -1,0 +1,280 @@
+"""Everything a worker does for torch.compile (TorchInductor) before and after the user's script.
+
+Before the script: the process's own environment (the persistent caches in the job's cache folder, Inductor's
+compile threads shared among the host's workers, a linkable libcuda for Triton); nothing of torch is imported,
+so a script that sets variables before `import torch` still gets its way. When the script first uses Dynamo
+(torch.compile), the session hooks Dynamo's compile callbacks (each compilation timed, put at its optimizer step,
+counted against the compilation limit) and its graph-break log (each break with its reason and the user's source
+line). After the script: the compile report, from Dynamo's and Inductor's counters.
+
+torch._dynamo.utils.counters and get_compilation_metrics are private: every read of them is guarded, and a
+newer torch that lacks one gives "unknown" figures, never a failed job.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from .. import exit_codes
+from ..after_import import when_imported
+from ..backend import WorkerSession
+from ..cache_folders import cache_folder
+from ..compile_report import (
+    RECOMPILATION_WARNING,
+    CompileReport,
+    CompileTimeline,
+    Finding,
+    limit_message,
+    log_report,
+    recompilation_warning,
+    write_compile_report,
+)
+from ..errors import record_error
+from ..options import WorkerOptions
+from ..runtime import WorkerIdentity, per_rank_files
+from .libcuda import driver_folders, linkable_libcuda
+
+log = logging.getLogger("opentc_launcher")
+
+# Variables the session sets per process, kept when the user set them; those made per-rank are always adjusted.
+PER_RANK_FILE_VARIABLES = ("TORCH_LOGS_OUT",)
+GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+MAX_LISTED = 20
+
+NOTHING_COMPILED = Finding(
+    "nothing was compiled in this process: the backend is inductor, but Dynamo captured no graph (the script never "
+    "called torch.compile, no Trainer or Accelerator compiled the model for it, or what it compiled broke before "
+    "its first operation), so it ran eagerly.",
+    "compile the model once it is on its device: model = torch.compile(model) (Trainer and Accelerate scripts "
+    "compile by themselves, through ACCELERATE_DYNAMO_BACKEND=inductor)")
+DDP_WRAPPER_FIX = ("compile the model before wrapping it: model = DistributedDataParallel(torch.compile(model)); "
+                   "torch.compile(DistributedDataParallel(model)) breaks inside DDP's forward on this torch")
+GRAPH_BREAK_FIX = ("each graph break ends a compiled graph and runs the Python in between eagerly: move or rewrite "
+                   "the line named (printing, .item(), a data-dependent `if`, a call Dynamo cannot trace) outside "
+                   "the compiled code; debug mode (sagemaker_training_compiler_debug_mode) logs every break")
+
+
+class GraphBreaks(logging.Handler):
+    """Dynamo's graph-break log ("Graph break in user code at FILE:LINE ... Reason: ..."), counted by place and
+    reason. Captured without printing it, unless the user asked for it (TORCH_LOGS=graph_breaks)."""
+
+    _WHERE = re.compile(r"in user code at (?P<where>\S+:\d+)")
+    _REASON = re.compile(r"Reason: (?P<reason>[^\n]+)")
+    _EXPLANATION = re.compile(r"Explanation: (?P<explanation>[^\n]+)")   # torch >= 2.7: what was not traceable
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.seen: dict[tuple[str, str], int] = {}
+
+    def attach(self) -> None:
+        logger = logging.getLogger(GRAPH_BREAK_LOGGER)
+        if not logger.isEnabledFor(logging.DEBUG):   # not asked for: captured here, not printed
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+        logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001  (a log record is never a reason to fail)
+            return
+        where = self._WHERE.search(text)
+        reason = self._REASON.search(text)
+        explanation = self._EXPLANATION.search(text)
+        said = (reason["reason"] if reason else text.split("\n")[0]).strip()
+        if explanation:
+            said += f" ({explanation['explanation'].strip()})"
+        key = (where["where"] if where else "unknown", said)
+        if key in self.seen or len(self.seen) < MAX_LISTED:
+            self.seen[key] = self.seen.get(key, 0) + 1
+
+    def listed(self) -> list[dict[str, Any]]:
+        return [{"where": where, "reason": reason, "count": count}
+                for (where, reason), count in sorted(self.seen.items(), key=lambda kv: -kv[1])]
+
+
+def _counters() -> dict[str, dict[str, int]]:
+    try:
+        from torch._dynamo.utils import counters
+
+        return {group: {k: int(v) for k, v in values.items()} for group, values in counters.items()
+                if group in ("stats", "inductor", "aot_autograd", "graph_break", "frames")}
+    except Exception:  # noqa: BLE001  (private API: unknown rather than a failed job)
+        return {}
+
+
+def _recompilations() -> list[dict[str, Any]]:
+    """Recompiled functions with Dynamo's reason (the last 64 compilations torch keeps)."""
+    try:
+        from torch._dynamo.utils import get_compilation_metrics
+
+        metrics = list(get_compilation_metrics())
+    except Exception:  # noqa: BLE001  (private API)
+        return []
+    found = []
+    for m in metrics:
+        reason = getattr(m, "recompile_reason", None)
+        if reason:
+            found.append({"function": getattr(m, "co_name", "?"),
+                          "where": f"{getattr(m, 'co_filename', '?')}:{getattr(m, 'co_firstlineno', '?')}",
+                          "reason": str(reason)})
+    return found[-MAX_LISTED:]
+
+
+class InductorSession(WorkerSession):
+    """torch.compile in one worker: configured before the script, observed while it runs, reported after."""
+
+    def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
+        super().__init__(options, identity, process)
+        self.timeline = CompileTimeline(options.warmup_steps)
+        self.compile_seconds: list[float] = []
+        self.cache: dict = {"dir": "", "mode": "torch's default (/tmp, gone with the container)"}
+        self.graph_breaks = GraphBreaks()
+        self._compiling_since: float | None = None
+        self._next_warning = RECOMPILATION_WARNING
+        self._stopping = threading.Lock()
+
+    @classmethod
+    def prepare(cls, options: WorkerOptions, identity: WorkerIdentity,
+                environ: MutableMapping[str, str]) -> InductorSession:
+        session = cls(options, identity, f"rank{identity.rank}")
+        session._configure(environ)
+        session.start()
+        log.info("rank %d/%d: torch.compile (TorchInductor) ready on %s; Inductor cache %s (%s)", identity.rank,
+                 identity.world_size, options.device, session.cache["dir"] or "-", session.cache["mode"])
+        return session
+
+    def _configure(self, environ: MutableMapping[str, str]) -> None:
+        """This process's environment: what Inductor and Triton read when they first compile."""
+        options, identity = self.options, self.identity
+        wanted: dict[str, str] = {}
+        if options.compile_cache_dir:
+            folder = cache_folder(options.compile_cache_dir, "inductor-torch", metadata.version("torch"),
+                                  options.device)
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as e:
+                log.warning("%s: persistent compilation cache off: %s is not usable (%s)", self.process, folder, e)
+            else:
+                # One folder for every process of the job: Inductor writes its entries atomically.
+                wanted["TORCHINDUCTOR_CACHE_DIR"] = folder
+                wanted["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
+                self.cache = {"dir": folder, "mode": "read-write, shared by the job's processes"}
+        # Each worker would otherwise start min(32, CPUs) compile processes of its own.
+        wanted["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // identity.local_world_size))
+        if options.device == "cuda":
+            wanted.update(linkable_libcuda(environ, driver_folders()))
+        for name, value in wanted.items():
+            if environ.get(name, value) != value:
+                log.info("%s: found pre-existing configuration %s=%s: keeping it", self.process, name, environ[name])
+                if name == "TORCHINDUCTOR_CACHE_DIR":
+                    self.cache = {"dir": environ[name], "mode": "the user's TORCHINDUCTOR_CACHE_DIR"}
+                continue
+            environ[name] = value
+        environ.update(per_rank_files(PER_RANK_FILE_VARIABLES, identity, environ))
+
+    def start(self) -> None:
+        super().start()
+        when_imported("torch._dynamo", self._hook_dynamo)
+
+    def _hook_dynamo(self, _dynamo) -> None:
+        from torch._dynamo import callback
+
+        callback.on_compile_start(self._compile_started)
+        callback.on_compile_end(self._compile_ended)
+        self.graph_breaks.attach()
+
+    # -- while the script runs --------------------------------------------------------------------------------
+    def _compile_started(self, *_args) -> None:
+        self._compiling_since = time.monotonic()
+
+    def _compile_ended(self, *_args) -> None:
+        if self._compiling_since is not None:
+            self.compile_seconds.append(round(time.monotonic() - self._compiling_since, 3))
+            self._compiling_since = None
+        captured = self._graphs_captured()
+        self.timeline.observe(self.steps.steps, captured)
+        if self.timeline.late_points >= self._next_warning:
+            log.warning("%s", recompilation_warning(self.process, self.timeline, captured))
+            self._next_warning *= 2
+        if self.options.max_compilations and captured > self.options.max_compilations:
+            self._compilation_limit_reached(captured)
+
+    def _graphs_captured(self) -> int:
+        """Graphs Dynamo captured (each new input shape, graph break or function adds one), cached or not."""
+        return _counters().get("stats", {}).get("unique_graphs", len(self.compile_seconds))
+
+    def _compilation_limit_reached(self, captured: int) -> None:
+        """Stop this worker now, inside the compilation that passed the limit, with a report and the reason."""
+        if not self._stopping.acquire(blocking=False):
+            threading.Event().wait()
+        message = limit_message(captured, self.options.max_compilations, "captured by torch.compile (Dynamo)")
+        log.error("%s: %s", self.process, message)
+        report = self._build_report(exit_codes.COMPILATION_LIMIT)
+        log_report(report, write_compile_report(report, self.options.compile_report_dir))
+        record_error(message, "", exit_codes.COMPILATION_LIMIT)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_codes.COMPILATION_LIMIT)
+
+    # -- after it ---------------------------------------------------------------------------------------------
+    def compile_report(self, exit_code: int) -> CompileReport | None:
+        if not self.options.compile_report_dir:
+            return None
+        return self._build_report(exit_code)
+
+    def _build_report(self, exit_code: int) -> CompileReport:
+        counts = _counters()
+        inductor, aot = counts.get("inductor", {}), counts.get("aot_autograd", {})
+        breaks_total = sum(counts.get("graph_break", {}).values())
+        recompilations = _recompilations()
+        captured = counts.get("stats", {}).get("unique_graphs", 0)
+        compiled = inductor.get("fxgraph_cache_miss", 0) + inductor.get("fxgraph_cache_bypass", 0)
+        findings = []
+        nothing = (captured == 0) if counts else not self.compile_seconds
+        if nothing and exit_code != exit_codes.COMPILATION_LIMIT:
+            findings.append(NOTHING_COMPILED)
+        if breaks_total:
+            listed = self.graph_breaks.listed()
+            places = "; ".join(f"{b['reason']} at {b['where']} (x{b['count']})" for b in listed[:5])
+            in_ddp = any("nn/parallel/distributed.py" in b["where"] or "_inside_ddp_forward" in b["reason"]
+                         for b in listed)
+            findings.append(Finding(f"{breaks_total} graph break(s){': ' + places if places else ''}.",
+                                    DDP_WRAPPER_FIX if in_ddp else GRAPH_BREAK_FIX))
+        recompiling = self.timeline.recompilation_finding()
+        if recompiling:
+            reasons = "; ".join(f"{r['function']} ({r['reason']})" for r in recompilations[-3:])
+            findings.append(Finding(recompiling.problem + (f" Dynamo's reasons: {reasons}." if reasons else ""),
+                                    recompiling.fix))
+        return CompileReport(
+            process=self.process, rank=self.identity.rank, world_size=self.identity.world_size, backend="inductor",
+            device=self.options.device, exit_code=exit_code, optimizer_steps=self.steps.steps,
+            graphs_compiled=compiled, compile_seconds_total=round(sum(self.compile_seconds), 3),
+            compile_seconds_per_graph=self.compile_seconds,
+            graphs_after_warmup=self.timeline.after_warmup, steps_with_late_graphs=self.timeline.late_points,
+            warmup_steps=self.timeline.warmup_steps, steps_with_new_graphs=self.timeline.steps_with_new_graphs,
+            persistent_cache={**self.cache, "hits": inductor.get("fxgraph_cache_hit", 0),
+                              "misses": inductor.get("fxgraph_cache_miss", 0),
+                              "bypassed": inductor.get("fxgraph_cache_bypass", 0),
+                              "aot_autograd_hits": aot.get("autograd_cache_hit", 0),
+                              "aot_autograd_misses": aot.get("autograd_cache_miss", 0)},
+            findings=findings,
+            details={
+                "graphs_captured": captured,
+                "compilations": len(self.compile_seconds),
+                "graph_breaks_total": breaks_total,
+                "graph_breaks": self.graph_breaks.listed(),
+                "recompilations": recompilations,
+                "counters_available": bool(counts),
+            },
+            activity=f"{captured} graph{'' if captured == 1 else 's'} captured",
+            clean_means="no graph break or recompilation after warm-up",
+        )

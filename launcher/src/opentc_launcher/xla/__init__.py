@@ -1,0 +1,130 @@
+"""PyTorch/XLA (PJRT) as a compiler backend: what AWS's Training Compiler used, and the default.
+
+Everything XLA-specific lives in this package: the PJRT device choice, the CPU multi-worker refusal, the XLA
+variables, the worker's session (xla.session), its diagnostics, cache, library patches, the processes a script
+starts with torch_xla.launch (xla.spawned), and XLA:CUDA's PJRT plugin (xla.cuda, xla.cuda_plugin).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+
+from ..backend import CompilerBackend, LaunchRefused, WorkerSession, no_gpu_message
+from ..options import WorkerOptions
+from ..runtime import WorkerIdentity, per_rank_files
+
+# PJRT's names for the launch's devices.
+PJRT_DEVICES = {"cuda": "CUDA", "cpu": "CPU", "tpu": "TPU"}
+# Debug artefacts that torch-xla writes to one fixed path: with several workers each needs its own file.
+PER_RANK_FILE_VARIABLES = ("XLA_SAVE_TENSORS_FILE", "XLA_METRICS_FILE", "PT_XLA_DEBUG_FILE")
+
+
+def pjrt_device(options: WorkerOptions) -> str:
+    return PJRT_DEVICES[options.device]
+
+
+def cpu_multi_worker_message(world_size: int) -> str:
+    return (
+        f"{world_size} workers on PJRT_DEVICE=CPU: torch-xla's CPU runtime has no cross-process collectives, "
+        f"so every worker would train its own unsynchronised copy of the model (xm.optimizer_step and "
+        f"xm.all_reduce do nothing across processes)."
+    )
+
+
+def debug_environment(folder: str) -> dict[str, str]:
+    """torch-xla's debug and dump switches, with every artefact under `folder`."""
+    return {
+        "PT_XLA_DEBUG_LEVEL": "1",           # compilation analysis: why each graph was compiled
+        "XLA_IR_DEBUG": "1",                 # Python frames in the IR ...
+        "XLA_HLO_DEBUG": "1",                # ... and in the HLO metadata
+        "XLA_SAVE_TENSORS_FILE": os.path.join(folder, "XLA_SAVE_TENSORS_FILE.hlo"),
+        "XLA_SAVE_TENSORS_FMT": "hlo",
+        "XLA_METRICS_FILE": os.path.join(folder, "XLA_METRICS_FILE.txt"),
+        "XLA_DUMP_FATAL_STACK": "1",
+        "XLA_FLAGS": f"--xla_dump_to={os.path.join(folder, 'xla_dump')}",
+    }
+
+
+def xla_runtime_env(options: WorkerOptions, identity: WorkerIdentity, env: Mapping[str, str]) -> dict[str, str]:
+    """Variables this worker's own process needs before torch_xla is imported, for the device the launch
+    decided.
+
+    torch-xla reads its configuration from the process environment at import time, so the worker sets
+    these in its own `os.environ` (they also reach any process the script starts, such as the children of
+    `torch_xla.launch`, which is what the script expects).
+    """
+    updates = {"PJRT_DEVICE": pjrt_device(options)}
+    # The PJRT GPU client reads PJRT_LOCAL_PROCESS_RANK (some builds do not fall back to LOCAL_RANK).
+    updates["PJRT_LOCAL_PROCESS_RANK"] = env.get("PJRT_LOCAL_PROCESS_RANK", str(identity.local_rank))
+    if identity.world_size > 1:
+        updates["PJRT_LOCAL_PROCESS_COUNT"] = env.get("PJRT_LOCAL_PROCESS_COUNT", str(identity.local_world_size))
+    updates.update(per_rank_files(PER_RANK_FILE_VARIABLES, identity, env))
+    return updates
+
+
+class XlaBackend(CompilerBackend):
+    name = "xla"
+    title = "PyTorch/XLA"
+
+    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
+        """An explicit choice, else PJRT_DEVICE, else cuda when a GPU is visible, else cpu."""
+        if requested == "auto":
+            chosen = env.get("PJRT_DEVICE", "").strip().upper()
+            if chosen and chosen not in PJRT_DEVICES.values():
+                raise LaunchRefused(f"PJRT_DEVICE={env.get('PJRT_DEVICE')!r} is not accepted: use CUDA, CPU or TPU, "
+                                    f"or leave it unset to use the GPUs when there are any, else the CPU.")
+            requested = chosen.lower() or ("cuda" if gpu_count > 0 else "cpu")
+        if requested not in PJRT_DEVICES:
+            raise LaunchRefused(f"device {requested!r} is not accepted for PyTorch/XLA: use cuda, cpu or tpu.")
+        if requested == "cuda" and gpu_count == 0:
+            raise LaunchRefused(no_gpu_message("PJRT_DEVICE=CUDA", "XLA:CUDA"))
+        return requested
+
+    def multi_worker_refusal(self, options: WorkerOptions, world_size: int) -> str | None:
+        if options.device != "cpu" or world_size <= 1 or options.cpu_multi_worker == "unsynchronized":
+            return None
+        return (
+            cpu_multi_worker_message(world_size)
+            + " Accepted instead: GPUs (PJRT_DEVICE=CUDA, one worker per GPU); one worker"
+            " (sagemaker_pytorch_xla_multi_worker_enabled=false, or --nproc-per-node 1); the compiler off"
+            " (sagemaker_training_compiler_enabled=false: plain PyTorch, which can use gloo across processes);"
+            " the Inductor backend (sagemaker_training_compiler_backend=\"inductor\", whose workers use gloo on"
+            " CPUs); or, to test a launch only, --cpu-multi-worker unsynchronized"
+            " (hyperparameter sagemaker_training_compiler_cpu_multi_worker=\"unsynchronized\")."
+        )
+
+    def unsynchronized_warning(self, options: WorkerOptions, world_size: int) -> str | None:
+        if options.device != "cpu" or world_size <= 1:
+            return None
+        return ("WARNING: " + cpu_multi_worker_message(world_size)
+                + " Running anyway because cpu-multi-worker=unsynchronized was requested:"
+                " the replicas' weights WILL diverge. Use this to test a launch, never to train a model.")
+
+    def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
+        # transformers and accelerate take the XLA device only when told to.
+        wanted = {"USE_TORCH_XLA": "1"}
+        if gpu_count > 0:
+            wanted["GPU_NUM_DEVICES"] = str(gpu_count)   # as AWS's images set it
+        if debug:
+            wanted.update(debug_environment(debug_dir))
+        return wanted
+
+    def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
+        notes = [f"PyTorch/XLA on PJRT_DEVICE={pjrt_device(options)} ({gpu_count} GPU(s) on this host)"]
+        if options.device == "cuda":
+            from .cuda import status_line
+
+            notes.append(status_line())
+        if not options.library_patches:
+            notes.append("library patches off (sagemaker_training_compiler_library_patches=false): transformers and "
+                         "accelerate run as installed")
+        if "PJRT_DEVICE" in env:
+            notes.append(f"Found pre-existing configuration PJRT_DEVICE={env['PJRT_DEVICE']}: keeping it")
+        return notes
+
+    def start(self, options: WorkerOptions, identity: WorkerIdentity,
+              environ: MutableMapping[str, str]) -> WorkerSession:
+        from .session import XlaSession
+
+        return XlaSession.prepare(options, identity, environ)
