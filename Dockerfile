@@ -1,4 +1,5 @@
-# opentc: SageMaker Training Compiler rebuilt on PyTorch 2.7 + PyTorch/XLA 2.7 (PJRT). README.md, "The image".
+# opentc: SageMaker Training Compiler rebuilt on PyTorch 2.7 + PyTorch/XLA 2.7 (PJRT) and torch.compile
+# (TorchInductor). README.md, "The image".
 # One image for CPU and GPU, from PyPI and Debian's packages only:
 #   DOCKER_BUILDKIT=1 docker build -t opentc .
 #   dev/container-engine build     (CI: the same Dockerfile on a debootstrapped Debian 12, no registry needed)
@@ -32,10 +33,14 @@ RUN --mount=type=secret,id=ca \
 FROM ${BASE_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive
 # libpython3.11: torch_xla's extension links against it. tini: PID 1 that forwards SIGTERM to `train`.
+# g++ (with gcc) and libpython3.11-dev (Python.h): the Inductor backend compiles C++ kernels on CPUs, and Triton
+# builds its launchers with gcc and Python.h on GPUs (Triton brings its own ptxas). The minimum: build-essential,
+# make and the rest of a toolchain are not needed.
 # Versions: as in the wheels stage (DL3008).
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv libpython3.11 tini \
+      g++ libpython3.11-dev \
  && rm -rf /var/lib/apt/lists/*
 
 # A venv: Debian 12 refuses pip installs into the system Python, and a venv keeps ours apart from apt's.
@@ -58,7 +63,7 @@ RUN --mount=type=secret,id=ca \
 RUN --mount=type=secret,id=ca --mount=type=bind,from=wheels,source=/wheels,target=/tmp/wheels \
     { [ ! -f /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
  && pip install --no-cache-dir -c /opt/opentc/constraints.txt --find-links /tmp/wheels \
-      transformers datasets accelerate sagemaker-training psutil
+      transformers datasets accelerate sagemaker-training psutil tlparse
 
 # This repository's packages last: they change most often. Mounted, not copied, so no source tree stays in a
 # layer; no build isolation, so this step needs no network (setuptools is already in the venv).
@@ -96,7 +101,7 @@ RUN --mount=type=bind,source=container/build_info.py,target=/tmp/build_info.py \
       "python=${PYTHON_VERSION}" "os=${OS_VERSION}" "base=${BASE_IMAGE}" "source=${SOURCE_URL}"
 
 LABEL org.opencontainers.image.title="opentc" \
-      org.opencontainers.image.description="SageMaker Training Compiler on PyTorch/XLA (PJRT), XLA:CPU and XLA:CUDA" \
+      org.opencontainers.image.description="SageMaker Training Compiler on PyTorch/XLA (PJRT) and TorchInductor" \
       org.opencontainers.image.version="${OPENTC_VERSION}" \
       org.opencontainers.image.source="${SOURCE_URL}" \
       org.opencontainers.image.licenses="Apache-2.0" \

@@ -1,14 +1,17 @@
 """One measurement in a fresh process (so compile caches and imports never leak between measurements).
 
-    python bench_worker.py --runtime xla --config tiny --seq 64 --batch 8 --steps 20 [--dynamic] [--cache-dir D]
+    python bench_worker.py --runtime eager|xla|inductor --config tiny --seq 64 --batch 8 --steps 20 [--dynamic]
+                           [--cache-dir D]
 
-Prints one JSON line: median steady-state step time, tokens/s, graphs compiled, compile seconds, and the
-time from BENCH_T0 (the parent's clock when it started this process) to the end of the first step.
+Prints one JSON line: median steady-state step time, tokens/s, graphs compiled, compile seconds, peak memory, and
+the time from BENCH_T0 (the parent's clock when it started this process) to the end of the first step.
+Inductor compiles the model with torch.compile (default mode), its caches in --cache-dir when given.
 """
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import time
 
@@ -23,7 +26,7 @@ VOCAB = 2048
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--runtime", choices=["eager", "xla"], required=True)
+    p.add_argument("--runtime", choices=["eager", "xla", "inductor"], required=True)
     p.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=64)
@@ -33,6 +36,9 @@ def main():
     p.add_argument("--cache-dir", default="")
     args = p.parse_args()
     t0 = float(os.environ.get("BENCH_T0", time.time()))
+    if args.runtime == "inductor" and args.cache_dir:   # read when Inductor first compiles
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = args.cache_dir
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(args.cache_dir, "triton")
 
     import torch
 
@@ -63,6 +69,14 @@ def main():
                         attn_pdrop=0.0, **CONFIGS[args.config])
     model = GPT2LMHeadModel(config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    compile_seconds = []
+    if args.runtime == "inductor":
+        from torch._dynamo import callback
+
+        started = []
+        callback.on_compile_start(lambda *_: started.append(time.perf_counter()))
+        callback.on_compile_end(lambda *_: compile_seconds.append(time.perf_counter() - started.pop()))
+        model = torch.compile(model)
     generator = torch.Generator().manual_seed(0)
     lengths = [args.seq - 8 * (i % 8) for i in range(args.warmup + args.steps)] if args.dynamic else None
 
@@ -91,13 +105,37 @@ def main():
         "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times, strict=True)),
         "first_step_done_s": first_step_end - t0,
         "final_loss": float(loss.detach().to("cpu")),
+        "peak_memory_mb": peak_memory_mb(device),
     }
     if args.runtime == "xla":
         compile_time = met.metric_data("CompileTime")
         result.update(graphs_compiled=int(met.counter_value("UncachedCompile") or 0),
                       compile_s=compile_time[1] / 1e9 if compile_time else 0.0,
                       cache_hits=int(met.counter_value("PersistentCacheHit") or 0))
+    if args.runtime == "inductor":
+        from torch._dynamo.utils import counters
+
+        result.update(graphs_compiled=int(counters["inductor"]["fxgraph_cache_miss"]),
+                      compile_s=sum(compile_seconds),
+                      cache_hits=int(counters["inductor"]["fxgraph_cache_hit"]))
     print("BENCH_RESULT " + json.dumps(result), flush=True)
+
+
+def peak_memory_mb(device) -> float:
+    """The device's peak: CUDA's allocator peak on a GPU, the XLA runtime's on XLA:CUDA, else this process's peak
+    resident memory (CPU and XLA:CPU keep tensors in host memory)."""
+    import torch
+
+    if getattr(device, "type", "") == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    if getattr(device, "type", "") == "xla" and os.environ.get("PJRT_DEVICE") != "CPU":
+        import torch_xla.core.xla_model as xm
+
+        try:
+            return xm.get_memory_info(device)["peak_bytes_used"] / 2**20
+        except (KeyError, RuntimeError):
+            pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
-"""What the compiler buys and costs, measured in one run on one machine.
+"""What each compiler buys and costs, measured side by side with eager in one run on one machine.
 
-    .venv/bin/python benchmarks/compiler_benchmark.py [--quick] [--json FILE]
+    .venv/bin/python benchmarks/compiler_benchmark.py [--quick] [--runtimes eager,xla,inductor] [--json FILE]
 
-1. steady-state step time and tokens/s, eager PyTorch vs PyTorch/XLA, same model and data, on the tiny and
-   a small GPT-2 config with a fixed sequence length;
+1. steady-state step time, tokens/s, compile seconds and peak memory: eager PyTorch, PyTorch/XLA and
+   torch.compile (TorchInductor), same model and data, on the tiny and a small GPT-2 config, fixed sequence length;
 2. graphs compiled per job with static shapes vs a different sequence length every step;
 3. cold vs warm persistent cache: compile time and time to the first finished step of two identical jobs;
 4. launcher overhead: time from `train` to the user script's first line, against `python script.py`.
 
-With a GPU it measures CUDA (eager) against XLA:CUDA; without one, CPU against XLA:CPU, and says so.
-Every measurement runs in a fresh process (bench_worker.py). Prints markdown tables and writes JSON.
+With a GPU it measures CUDA: eager, XLA:CUDA and Inductor (Triton); without one, CPU: eager, XLA:CPU and Inductor
+(C++), and says so. XLA is left out where torch_xla is not installed (a GPU machine with a newer torch). Every
+measurement runs in a fresh process (bench_worker.py). Prints markdown tables and writes JSON.
 """
 
 import argparse
@@ -56,36 +57,44 @@ def measure(device: str, *args: str) -> dict:
     raise RuntimeError(f"bench_worker {' '.join(args)} failed:\n{proc.stdout[-3000:]}")
 
 
-def throughput(device: str, quick: bool) -> list[dict]:
+COMPILERS = ("xla", "inductor")
+
+
+def throughput(device: str, quick: bool, runtimes: list[str]) -> list[dict]:
     rows = []
     for config, seq, batch in (("tiny", 64, 8), ("small", 128, 8)):
         steps = "8" if quick else "20"
-        for runtime in ("eager", "xla"):
+        for runtime in runtimes:
             rows.append(measure(device, "--runtime", runtime, "--config", config, "--seq", str(seq),
                                 "--batch", str(batch), "--steps", steps))
     return rows
 
 
-def graphs(device: str, quick: bool) -> list[dict]:
+def graphs(device: str, quick: bool, runtimes: list[str]) -> list[dict]:
     steps = "8" if quick else "16"
-    return [measure(device, "--runtime", "xla", "--config", "tiny", "--steps", steps, *extra)
-            for extra in ((), ("--dynamic",))]
+    return [measure(device, "--runtime", runtime, "--config", "tiny", "--steps", steps, *extra)
+            for runtime in runtimes if runtime in COMPILERS for extra in ((), ("--dynamic",))]
 
 
-def cache(device: str, quick: bool) -> list[dict]:
-    folder = tempfile.mkdtemp(prefix="opentc-bench-cache-")
-    try:
-        return [measure(device, "--runtime", "xla", "--config", "small", "--seq", "128", "--steps",
-                        "3" if quick else "5", "--cache-dir", folder) for _ in ("cold", "warm")]
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+def cache(device: str, quick: bool, runtimes: list[str]) -> list[dict]:
+    rows = []
+    for runtime in (r for r in runtimes if r in COMPILERS):
+        folder = tempfile.mkdtemp(prefix="opentc-bench-cache-")
+        try:
+            for job in ("cold", "warm"):
+                row = measure(device, "--runtime", runtime, "--config", "small", "--seq", "128", "--steps",
+                              "3" if quick else "5", "--cache-dir", folder)
+                rows.append({**row, "job": job})
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return rows
 
 
 FIRST_LINE = ("import time; STARTED = time.time()\nimport os\n"
               "open(os.environ['BENCH_T_FILE'], 'w').write(repr(STARTED))\n")
 
 
-def launcher_overhead(device: str, repeats: int) -> list[dict]:
+def launcher_overhead(device: str, repeats: int, runtimes: list[str]) -> list[dict]:
     """Seconds from starting the command to the script's first line (median of `repeats`)."""
     work = Path(tempfile.mkdtemp(prefix="opentc-bench-launch-"))
     try:
@@ -103,24 +112,30 @@ def launcher_overhead(device: str, repeats: int) -> list[dict]:
                 samples.append(float(marker.read_text()) - start)
             return statistics.median(samples)
 
-        rows = [{"command": "python first_line.py", "seconds": timed([sys.executable, str(script)], base_env(device))},
-                # What the XLA bootstrap imports before the script: a script on XLA imports it anyway.
-                {"command": "python -c 'import torch, torch_xla' + first_line.py",
-                 "seconds": timed([sys.executable, "-c", "import torch, torch_xla, runpy, sys; "
-                                   "runpy.run_path(sys.argv[1], run_name='__main__')", str(script)],
-                                  base_env(device))}]
-        for enabled in (False, True):
-            job = work / f"job-{enabled}"
+        rows = [{"command": "python first_line.py", "seconds": timed([sys.executable, str(script)], base_env(device))}]
+        if "xla" in runtimes:
+            # What the XLA bootstrap imports before the script: a script on XLA imports it anyway.
+            rows.append({"command": "python -c 'import torch, torch_xla' + first_line.py",
+                         "seconds": timed([sys.executable, "-c", "import torch, torch_xla, runpy, sys; "
+                                           "runpy.run_path(sys.argv[1], run_name='__main__')", str(script)],
+                                          base_env(device))})
+        if not (BIN / "opentc-train").exists():
+            return rows   # the toolkit is not installed here (a GPU machine with the launcher only)
+        for runtime in runtimes:
+            job = work / f"job-{runtime}"
             shutil.copytree(REPO / "sample" / "job", job)
             shutil.copy(script, job / "code" / "first_line.py")
             hps = {"sagemaker_program": json.dumps("first_line.py"),
-                   "sagemaker_training_compiler_enabled": json.dumps(enabled),
+                   "sagemaker_training_compiler_enabled": json.dumps(runtime != "eager"),
+                   "sagemaker_training_compiler_backend": json.dumps(runtime if runtime != "eager" else "xla"),
                    "sagemaker_training_compiler_cache": "false"}
+            if runtime == "eager":
+                del hps["sagemaker_training_compiler_backend"]
             (job / "input" / "config" / "hyperparameters.json").write_text(json.dumps(hps))
             env = {**base_env(device), "SAGEMAKER_BASE_DIR": str(job),
                    "SAGEMAKER_TRAINING_MODULE": "opentc_toolkit.entry:main"}
             env.pop("PJRT_DEVICE")   # as in a real job: the toolkit decides
-            rows.append({"command": f"train (compiler {'on' if enabled else 'off'})",
+            rows.append({"command": f"train ({'compiler off' if runtime == 'eager' else runtime})",
                          "seconds": timed([str(BIN / "train")], env)})
         return rows
     finally:
@@ -139,21 +154,24 @@ def render(results: dict) -> str:
     for r in results["throughput"]:
         if r["runtime"] == "eager":
             eager[r["config"]] = r["median_step_s"]
-        speedup = eager[r["config"]] / r["median_step_s"] if r["runtime"] == "xla" else 1.0
+        speedup = eager[r["config"]] / r["median_step_s"]
+        compiled = r["runtime"] != "eager"
         rows.append([r["config"], r["runtime"], r["device"], f"{r['batch']}x{r['seq']}",
                      f"{r['median_step_s'] * 1000:.1f}", f"{r['tokens_per_s']:.0f}", f"{speedup:.2f}x",
-                     r.get("graphs_compiled", "-")])
+                     r["graphs_compiled"] if compiled else "-", f"{r['compile_s']:.1f}" if compiled else "-",
+                     f"{r['peak_memory_mb']:.0f}"])
     out += ["### 1. Steady-state step time, eager vs compiled",
-            table(["model", "runtime", "device", "batch x seq", "median step (ms)", "tokens/s",
-                   "vs eager", "graphs"], rows), ""]
-    rows = [["static" if not r["dynamic"] else "changes every step", r["steps"], r["graphs_compiled"],
+            table(["model", "runtime", "device", "batch x seq", "median step (ms)", "tokens/s", "vs eager",
+                   "graphs compiled", "compile (s)", "peak memory (MB)"], rows), ""]
+    rows = [[r["runtime"], "static" if not r["dynamic"] else "changes every step", r["steps"], r["graphs_compiled"],
              f"{r['compile_s']:.1f}", f"{r['median_step_s'] * 1000:.1f}"] for r in results["graphs"]]
     out += ["### 2. Graphs compiled per job (tiny GPT-2)",
-            table(["sequence length", "steps", "graphs compiled", "compile (s)", "median step (ms)"], rows), ""]
-    rows = [[name, r["graphs_compiled"], r["cache_hits"], f"{r['compile_s']:.1f}", f"{r['first_step_done_s']:.1f}"]
-            for name, r in zip(("cold", "warm"), results["cache"], strict=True)]
+            table(["runtime", "sequence length", "steps", "graphs compiled", "compile (s)", "median step (ms)"],
+                  rows), ""]
+    rows = [[r["runtime"], r["job"], r["graphs_compiled"], r["cache_hits"], f"{r['compile_s']:.1f}",
+             f"{r['first_step_done_s']:.1f}"] for r in results["cache"]]
     out += ["### 3. Persistent compilation cache, two identical jobs (small GPT-2)",
-            table(["job", "graphs compiled", "loaded from cache", "compile (s)",
+            table(["runtime", "job", "graphs compiled", "loaded from cache", "compile (s)",
                    "process start to first finished step (s)"], rows), ""]
     rows = [[r["command"], f"{r['seconds']:.2f}"] for r in results["launcher"]]
     out += ["### 4. Launcher overhead: start of the command to the script's first line (median)",
@@ -161,31 +179,51 @@ def render(results: dict) -> str:
     return "\n".join(out)
 
 
+def available_runtimes(asked: str) -> list[str]:
+    """The runtimes asked for that can run here: XLA needs torch_xla."""
+    runtimes = [r.strip() for r in asked.split(",") if r.strip()]
+    if "xla" in runtimes:
+        try:
+            import torch_xla  # noqa: F401
+        except ImportError:
+            print("torch_xla is not installed: XLA left out", file=sys.stderr)
+            runtimes.remove("xla")
+    return runtimes
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer steps and repeats (a smoke run)")
+    p.add_argument("--runtimes", default="eager,xla,inductor", help="comma-separated: eager, xla, inductor")
     p.add_argument("--json", default=str(HERE / "results" / "latest.json"))
     args = p.parse_args()
+    runtimes = available_runtimes(args.runtimes)
     gpus = gpu_count()
     device = "CUDA" if gpus else "CPU"
     import torch
-    import torch_xla
 
+    versions = f"torch {torch.__version__}"
+    if "xla" in runtimes:
+        import torch_xla
+
+        versions += f", torch-xla {torch_xla.__version__}"
+    compared = ", ".join(runtimes)
+    gpu_name = torch.cuda.get_device_name(0) if gpus else ""
     results = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
-                   f"torch {torch.__version__}, torch-xla {torch_xla.__version__}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, {versions}",
         "device": device,
-        "device_note": (f"{gpus} GPU(s): eager CUDA against XLA:CUDA" if gpus else
-                        "no GPU here: ran on CPU, eager CPU against XLA:CPU (XLA:CPU numbers say nothing "
-                        "about XLA:CUDA speed-ups)"),
+        "device_note": (f"{gpus} GPU(s) ({gpu_name}): {compared} on CUDA" if gpus else
+                        f"no GPU here: ran on CPU, {compared} on the CPU (CPU numbers say nothing about GPU "
+                        f"speed-ups)"),
+        "runtimes": runtimes,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
     started = time.time()
-    for name, run in (("throughput", lambda: throughput(device, args.quick)),
-                      ("graphs", lambda: graphs(device, args.quick)),
-                      ("cache", lambda: cache(device, args.quick)),
-                      ("launcher", lambda: launcher_overhead(device, 1 if args.quick else 3))):
+    for name, run in (("throughput", lambda: throughput(device, args.quick, runtimes)),
+                      ("graphs", lambda: graphs(device, args.quick, runtimes)),
+                      ("cache", lambda: cache(device, args.quick, runtimes)),
+                      ("launcher", lambda: launcher_overhead(device, 1 if args.quick else 3, runtimes))):
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
         results[name] = run()
     results["seconds"] = round(time.time() - started, 1)

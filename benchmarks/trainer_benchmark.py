@@ -1,11 +1,13 @@
 """A Hugging Face Trainer causal-LM job (tests/scripts/run_clm_tiny.py: run_clm's structure, a tiny GPT-2,
-fixed-size blocks) on eager PyTorch and on XLA without and with the toolkit's library patches.
+fixed-size blocks) on eager PyTorch, on XLA without and with the toolkit's library patches, and on Inductor with
+a cold and then a warm cache, side by side in one run.
 
     .venv/bin/python benchmarks/trainer_benchmark.py [--steps N] [--json FILE]
 
 Each run is a fresh `opentc-worker` process (the bootstrap `train` starts) with a compile report. Prints a
-markdown table (graphs, executions and host reads per optimizer step, compile seconds, median step time) and
-writes JSON. Host reads and executions are counted between optimizer steps, by the compile report.
+markdown table (graphs, executions and host reads per optimizer step, compile seconds, median step time, peak
+memory) and writes JSON. Host reads and executions are counted between optimizer steps, by XLA's compile report.
+The script is unchanged between runs: on Inductor, accelerate compiles the model (ACCELERATE_DYNAMO_BACKEND).
 """
 
 import argparse
@@ -14,6 +16,7 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -62,17 +65,20 @@ def run(work: Path, name: str, options: list[str], use_xla: str, steps: int, log
         raise RuntimeError(f"{name} failed:\n{proc.stdout[-3000:]}")
     times = json.loads((out / "times.json").read_text())
     steady = [b - a for a, b in zip(times[5:], times[6:], strict=False)]   # after warm-up
+    peak = re.search(r"^PEAK_KB (\d+)$", proc.stdout, re.MULTILINE)
     row = {"run": name, "steps": steps, "logging_steps": logging_steps, "seconds": round(time.time() - started, 1),
-           "median_step_s": statistics.median(steady)}
+           "median_step_s": statistics.median(steady), "peak_memory_mb": int(peak[1]) / 1024 if peak else None}
     report_path = out / "compile-report-rank0.json"
     if report_path.exists():
         report = json.loads(report_path.read_text())
-        measured = max(report["optimizer_steps"] - 1, 1)
-        executions = sum(int(k) * v for k, v in report["executions_per_step"].items())
         row.update(graphs_compiled=report["graphs_compiled"], compile_s=report["compile_seconds_total"],
-                   executions=report["executions"], executions_per_step=executions / measured,
-                   host_reads=report["explicit_evaluations"],
-                   steps_with_host_reads=report["steps_with_host_reads"], measured_steps=measured)
+                   cache_hits=report["persistent_cache"].get("hits", 0))
+        if "executions_per_step" in report:   # XLA's counters
+            measured = max(report["optimizer_steps"] - 1, 1)
+            executions = sum(int(k) * v for k, v in report["executions_per_step"].items())
+            row.update(executions=report["executions"], executions_per_step=executions / measured,
+                       host_reads=report["explicit_evaluations"],
+                       steps_with_host_reads=report["steps_with_host_reads"], measured_steps=measured)
     return row
 
 
@@ -80,18 +86,20 @@ def render(results: dict) -> str:
     eager = results["runs"][0]["median_step_s"]
     rows = []
     for r in results["runs"]:
-        xla = "graphs_compiled" in r
-        rows.append([r["run"], r.get("graphs_compiled", "-"),
+        compiled, xla = "graphs_compiled" in r, "executions_per_step" in r
+        rows.append([r["run"], r.get("graphs_compiled", "-"), r.get("cache_hits", "-") if compiled else "-",
                      f"{r['executions_per_step']:.2f}" if xla else "-",
                      f"{r['steps_with_host_reads']} of {r['measured_steps']}" if xla else "-",
-                     r.get("host_reads", "-"), f"{r['compile_s']:.1f}" if xla else "-",
-                     f"{r['median_step_s'] * 1000:.1f}", f"{eager / r['median_step_s']:.2f}x"])
+                     r.get("host_reads", "-"), f"{r['compile_s']:.1f}" if compiled else "-",
+                     f"{r['median_step_s'] * 1000:.1f}", f"{eager / r['median_step_s']:.2f}x",
+                     f"{r['peak_memory_mb']:.0f}" if r.get("peak_memory_mb") else "-"])
     first = results["runs"][0]
     return "\n".join([
-        f"Machine: {results['machine']}. Device: CPU (eager CPU against XLA:CPU). {first['steps']} optimizer "
-        f"steps, a log every {first['logging_steps']}, batch 8 x 64 tokens.", "",
-        table(["run", "graphs compiled", "executions per optimizer step", "steps with a host read",
-               "host reads in all", "compile (s)", "median step (ms)", "vs eager"], rows)])
+        f"Machine: {results['machine']}. Device: CPU (eager CPU, XLA:CPU and Inductor's C++ kernels). "
+        f"{first['steps']} optimizer steps, a log every {first['logging_steps']}, batch 8 x 64 tokens.", "",
+        table(["run", "graphs compiled", "loaded from cache", "executions per optimizer step",
+               "steps with a host read", "host reads in all", "compile (s)", "median step (ms)", "vs eager",
+               "peak memory (MB)"], rows)])
 
 
 def main():
@@ -115,9 +123,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="opentc-bench-trainer-") as folder:
         work = Path(folder)
         write_corpus(work)
-        for name, options, use_xla in RUNS:
+        for name, folder, options, variables in RUNS:
             print(f"measuring {name} ...", file=sys.stderr, flush=True)
-            results["runs"].append(run(work, name, options, use_xla, args.steps, args.logging_steps))
+            results["runs"].append(run(work, name, folder, options, variables, args.steps, args.logging_steps))
     publish(results, render(results), args.json)
 
 

@@ -11,14 +11,16 @@ opentc {info['opentc']}: SageMaker Training Compiler rebuilt on open components,
 PyTorch {info['torch']}, PyTorch/XLA {info['torch-xla']}, Python {info['python']}, transformers {info['transformers']},
 accelerate {info['accelerate']}, datasets {info['datasets']}, sagemaker-training {info['sagemaker-training']};
 base {info['base']}.
-XLA:CPU without GPUs; XLA:CUDA on GPUs through the {info['xla-cuda']},
-CUDA {info['cuda']} libraries from torch's wheels, ptxas {info['ptxas']}; the driver comes from the host.
+Two compilers: PyTorch/XLA (the default; XLA:CPU without GPUs, XLA:CUDA on GPUs through the {info['xla-cuda']},
+CUDA {info['cuda']} libraries from torch's wheels, ptxas {info['ptxas']}) and torch.compile with TorchInductor
+(Triton on GPUs, C++ with g++ on CPUs). The driver comes from the host.
 
 Run a training job (a folder laid out like /opt/ml: input/config/*.json, input/data/<channel>/, code/):
   docker run --rm --gpus all -v /path/to/job:/opt/ml <image> train
 (with no command and a job mounted, the image runs train too).
 The model lands in /path/to/job/model, the verdict in output/success or output/failure. The compiler is
-switched on by the hyperparameter sagemaker_training_compiler_enabled="true" in hyperparameters.json.
+switched on by the hyperparameter sagemaker_training_compiler_enabled="true" in hyperparameters.json, and
+sagemaker_training_compiler_backend="inductor" chooses TorchInductor instead of XLA.
 `docker stop -t 120` stops a job as SageMaker does: SIGTERM to every worker, SIGKILL after
 OPENTC_TERMINATION_GRACE (90) seconds.
 

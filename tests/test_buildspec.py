@@ -48,19 +48,27 @@ if name == "docker" and "--gpus" in sys.argv and os.environ.get("STUB_GPU_JOBS")
     # What a GPU job leaves behind (there is no GPU here): the verdict, the compile report, the log line,
     # and for the all-reduce job each rank's result.
     job = next(a.split(":")[0] for a in sys.argv if a.endswith(":/opt/ml"))
-    program = json.load(open(f"{{job}}/input/config/hyperparameters.json"))["sagemaker_program"]
+    hps = json.load(open(f"{{job}}/input/config/hyperparameters.json"))
+    program = hps["sagemaker_program"]
+    inductor = "inductor" in hps.get("sagemaker_training_compiler_backend", "")
+    world = int(os.environ["STUB_GPUS"])
+    os.makedirs(f"{{job}}/model", exist_ok=True)
     if "xla_all_reduce" in program:
-        world = int(os.environ["STUB_GPUS"])
-        os.makedirs(f"{{job}}/model", exist_ok=True)
         for rank in range(world):
             with open(f"{{job}}/model/all-reduce-rank{{rank}}.json", "w") as f:
                 json.dump({{"rank": rank, "world": world, "sum": world * (world + 1) / 2}}, f)
+    elif "ddp_compile" in program:
+        for rank in range(world):
+            with open(f"{{job}}/model/ddp-rank{{rank}}.json", "w") as f:
+                json.dump({{"rank": rank, "world": world, "replicas_equal": True, "backend": "nccl"}}, f)
     else:
         os.makedirs(f"{{job}}/output/data/compiler", exist_ok=True)
         open(f"{{job}}/output/success", "w").close()
+        report = ({{"backend": "inductor", "device": "cuda"}} if inductor else {{"backend": "xla", "device": "CUDA"}})
         with open(f"{{job}}/output/data/compiler/compile-report-rank0.json", "w") as f:
-            json.dump({{"device": "CUDA", "graphs_compiled": 2, "exit_code": 0}}, f)
-        print("opentc_toolkit INFO     PyTorch/XLA on PJRT_DEVICE=CUDA (1 GPU(s) on this host)")
+            json.dump({{**report, "graphs_compiled": 2, "exit_code": 0}}, f)
+        print("opentc-launcher INFO rank 0/1: torch.compile (TorchInductor) ready on cuda" if inductor else
+              "opentc_toolkit INFO     PyTorch/XLA on PJRT_DEVICE=CUDA (1 GPU(s) on this host)")
 sys.exit(1 if " ".join([name, *sys.argv[1:2]]) == os.environ.get("STUB_FAIL") else 0)
 """
 
@@ -220,10 +228,10 @@ def test_on_a_gpu_host_the_gate_runs_the_jobs_and_checks_them_before_the_push(tm
     assert run.exit_codes == [0] * len(run.commands), run.output
     uri = f"{REGISTRY}/opentc:{TAG}"
     runs = gpu_runs(run)
-    assert len(runs) == (2 if gpus > 1 else 1)
+    assert len(runs) == (4 if gpus > 1 else 2)      # XLA and Inductor: the sample, then the multi-worker jobs
     assert all(argv[:5] == ["docker", "run", "--rm", "--gpus", "all"] and argv[-2:] == [uri, "train"] for argv in runs)
     assert f"GPU gate passed ({gpus} GPU(s))" in run.output
-    assert ("2/2 skipped" in run.output) == (gpus == 1)
+    assert ("3/4 and 4/4 skipped" in run.output) == (gpus == 1)
     last_gpu_run = max(i for i, c in enumerate(run.calls) if "--gpus" in c["argv"])
     assert run.index("docker", "push") > last_gpu_run
 

@@ -157,3 +157,39 @@ def test_the_scripts_own_arguments_are_never_read_as_launcher_options(tmp_path, 
     result = run([*prefix, "--backend", "eager", SCRIPTS / "argv_echo.py", *script_args], tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     assert json.loads((tmp_path / "argv.json").read_text()) == script_args
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_nothing_of_torch_is_imported_before_the_script(tmp_path, backend):
+    """The eager and Inductor workers hook torch when the script imports it, never before: a script that sets
+    OMP_NUM_THREADS (or CUDA_VISIBLE_DEVICES) before `import torch` gets its way."""
+    result = run([BIN / "opentc-worker", "--backend", backend, "--device", "cpu", "--compile-report-dir",
+                  tmp_path / "report", SCRIPTS / "imports_at_start.py"], tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    found = json.loads((tmp_path / "imports.json").read_text())
+    assert found["before"] == {"torch": False, "torch._dynamo": False, "torch_xla": False}, found
+    assert found["threads"] == 1
+
+
+def test_the_inductor_backend_runs_where_torch_xla_is_not_installed(tmp_path):
+    """As on a GPU machine with a newer torch and no torch-xla: `import torch_xla` fails in every process (a
+    sitecustomize stands in for the missing package), and the Inductor worker compiles and reports anyway."""
+    blocker = tmp_path / "no_torch_xla"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class NoTorchXla(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'torch_xla' or name.startswith('torch_xla.'):\n"
+        "            raise ModuleNotFoundError(f\"No module named '{name}'\", name=name)\n"
+        "sys.meta_path.insert(0, NoTorchXla())\n")
+    result = run([BIN / "opentc-worker", "--backend", "inductor", "--device", "cpu", "--compile-report-dir",
+                  tmp_path / "report", SCRIPTS / "compile" / "inductor_loop.py", "--steps", "2"], tmp_path,
+                 PYTHONPATH=str(blocker), SM_OUTPUT_DATA_DIR=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:]
+    report = json.loads((tmp_path / "report" / "compile-report-rank0.json").read_text())
+    assert report["backend"] == "inductor" and report["graphs_captured"] == 1, report
+    assert json.loads((tmp_path / "loop_metrics.json").read_text())["torch_xla_imported"] is False
+    failed = run([BIN / "opentc-worker", "--backend", "xla", "--device", "cpu", SCRIPTS / "argv_echo.py"], tmp_path,
+                 PYTHONPATH=str(blocker))
+    assert failed.returncode == 1 and "No module named 'torch_xla'" in failed.stdout   # the blocker works

@@ -1,6 +1,6 @@
 """Jobs in the image, as SageMaker runs them: `docker run --network none -v <job>:/opt/ml <image> train` on a
-copy of sample/job (compiler on, XLA:CPU: no GPU here), in debug mode, with a bad hyperparameter, and the
-sample job baked into the image."""
+copy of sample/job (compiler on, XLA:CPU and Inductor on CPU: no GPU here), in debug mode, with a bad
+hyperparameter, and the sample job baked into the image."""
 
 from .conftest import files_under, run_job
 
@@ -18,6 +18,21 @@ def test_sample_job_trains_with_the_compiler(image, make_job, containers):
     metrics = job.read_json("output/data/metrics.json")
     assert metrics["device"].startswith("xla") and metrics["torch_xla_imported"] is True
     assert len(metrics["losses"]) >= 2 and metrics["losses"][-1]["loss"] < metrics["losses"][0]["loss"]
+
+
+def test_the_inductor_backend_compiles_in_the_image(image, make_job, containers):
+    """Inductor on CPU compiles C++ with g++ and Python.h: the image has both, and the cache lands in checkpoints/."""
+    job = make_job()
+    job.set_hyperparameters(sagemaker_training_compiler_backend="inductor", max_steps=4, log_every=1)
+    result = run_job(image, containers(), job)
+    assert result.returncode == 0, result.output[-5000:]
+    assert "torch.compile (TorchInductor) ready on cpu" in result.output
+    metrics = job.read_json("output/data/metrics.json")
+    assert metrics["device"] == "cpu" and metrics["torch_xla_imported"] is False
+    report = job.read_json("output/data/compiler/compile-report-rank0.json")
+    assert report["backend"] == "inductor" and report["graphs_compiled"] >= 2, report
+    assert any(name.startswith("inductor-torch-") for name in files_under(job.checkpoints / "compile-cache")), \
+        files_under(job.checkpoints)
 
 
 def test_debug_mode_leaves_compiler_artefacts_in_output_data(image, make_job, containers):

@@ -101,14 +101,15 @@ class GraphBreaks(logging.Handler):
                 for (where, reason), count in sorted(self.seen.items(), key=lambda kv: -kv[1])]
 
 
-def _counters() -> dict[str, dict[str, int]]:
+def _counters() -> dict[str, dict[str, int]] | None:
+    """Dynamo's and Inductor's counters (private); None when this torch has none that can be read."""
     try:
         from torch._dynamo.utils import counters
 
         return {group: {k: int(v) for k, v in values.items()} for group, values in counters.items()
                 if group in ("stats", "inductor", "aot_autograd", "graph_break", "frames")}
     except Exception:  # noqa: BLE001  (private API: unknown rather than a failed job)
-        return {}
+        return None
 
 
 def _recompilations() -> list[dict[str, Any]]:
@@ -210,7 +211,10 @@ class InductorSession(WorkerSession):
 
     def _graphs_captured(self) -> int:
         """Graphs Dynamo captured (each new input shape, graph break or function adds one), cached or not."""
-        return _counters().get("stats", {}).get("unique_graphs", len(self.compile_seconds))
+        counts = _counters()
+        if counts is None:
+            return len(self.compile_seconds)
+        return counts.get("stats", {}).get("unique_graphs", 0)
 
     def _compilation_limit_reached(self, captured: int) -> None:
         """Stop this worker now, inside the compilation that passed the limit, with a report and the reason."""
@@ -232,14 +236,15 @@ class InductorSession(WorkerSession):
         return self._build_report(exit_code)
 
     def _build_report(self, exit_code: int) -> CompileReport:
-        counts = _counters()
+        readable = _counters()
+        counts = readable or {}
         inductor, aot = counts.get("inductor", {}), counts.get("aot_autograd", {})
         breaks_total = sum(counts.get("graph_break", {}).values())
         recompilations = _recompilations()
         captured = counts.get("stats", {}).get("unique_graphs", 0)
         compiled = inductor.get("fxgraph_cache_miss", 0) + inductor.get("fxgraph_cache_bypass", 0)
         findings = []
-        nothing = (captured == 0) if counts else not self.compile_seconds
+        nothing = (captured == 0) if readable is not None else not self.compile_seconds
         if nothing and exit_code != exit_codes.COMPILATION_LIMIT:
             findings.append(NOTHING_COMPILED)
         if breaks_total:
@@ -273,7 +278,7 @@ class InductorSession(WorkerSession):
                 "graph_breaks_total": breaks_total,
                 "graph_breaks": self.graph_breaks.listed(),
                 "recompilations": recompilations,
-                "counters_available": bool(counts),
+                "counters_available": readable is not None,
             },
             activity=f"{captured} graph{'' if captured == 1 else 's'} captured",
             clean_means="no graph break or recompilation after warm-up",
