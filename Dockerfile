@@ -63,16 +63,17 @@ RUN --mount=type=secret,id=ca \
 RUN --mount=type=secret,id=ca --mount=type=bind,from=wheels,source=/wheels,target=/tmp/wheels \
     { [ ! -f /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
  && pip install --no-cache-dir -c /opt/opentc/constraints.txt --find-links /tmp/wheels \
-      transformers datasets accelerate sagemaker-training psutil tlparse
+      transformers datasets accelerate sagemaker-training psutil tlparse matplotlib
 
 # This repository's packages last: they change most often. Mounted, not copied, so no source tree stays in a
 # layer; no build isolation, so this step needs no network (setuptools is already in the venv).
 # The toolkit's console script `train` (the entry that reads the job itself) replaces sagemaker-training's own,
 # installed by the layer above: the build fails if /opt/venv/bin/train is anything else.
 RUN --mount=type=bind,source=launcher,target=/tmp/opentc/launcher,rw \
+    --mount=type=bind,source=compare,target=/tmp/opentc/compare,rw \
     --mount=type=bind,source=toolkit,target=/tmp/opentc/toolkit,rw \
     pip install --no-cache-dir --no-build-isolation -c /opt/opentc/constraints.txt \
-      /tmp/opentc/launcher /tmp/opentc/toolkit \
+      /tmp/opentc/launcher /tmp/opentc/compare /tmp/opentc/toolkit \
  && pip check \
  && grep -q "from opentc_toolkit.entry import main" /opt/venv/bin/train \
  && python -m opentc_toolkit.stack > /opt/opentc/stack-constraints.txt

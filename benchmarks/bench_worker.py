@@ -13,6 +13,7 @@ import json
 import os
 import resource
 import statistics
+import tempfile
 import time
 
 CONFIGS = {
@@ -36,9 +37,10 @@ def main():
     p.add_argument("--cache-dir", default="")
     args = p.parse_args()
     t0 = float(os.environ.get("BENCH_T0", time.time()))
-    if args.runtime == "inductor" and args.cache_dir:   # read when Inductor first compiles
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = args.cache_dir
-        os.environ["TRITON_CACHE_DIR"] = os.path.join(args.cache_dir, "triton")
+    if args.runtime == "inductor":   # read when Inductor first compiles; without --cache-dir a cold one of its own
+        cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="opentc-bench-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
 
     import torch
 

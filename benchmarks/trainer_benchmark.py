@@ -33,11 +33,19 @@ SCRIPT = REPO / "tests" / "scripts" / "run_clm_tiny.py"
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "wizards",
          "quietly", "hex", "jolly", "boxing", "frogs", "and", "every", "bright", "morning", "brings", "story")
 
-RUNS = (  # name, worker options, USE_TORCH_XLA
-    ("eager (compiler off)", ["--backend", "eager"], "0"),
-    ("XLA, library patches off", ["--backend", "xla", "--library-patches", "false"], "1"),
-    ("XLA, library patches on (default)", ["--backend", "xla", "--library-patches", "true"], "1"),
+RUNS = (  # name, folder, worker options, the workers' variables (as the toolkit sets them for the backend)
+    ("eager (compiler off)", "eager", ["--backend", "eager"], {"USE_TORCH_XLA": "0"}),
+    ("XLA, library patches off", "xla-off", ["--backend", "xla", "--library-patches", "false"], {"USE_TORCH_XLA": "1"}),
+    ("XLA, library patches on (default)", "xla-on", ["--backend", "xla", "--library-patches", "true"],
+     {"USE_TORCH_XLA": "1"}),
+    ("Inductor, cold cache", "inductor-cold", ["--backend", "inductor"],
+     {"USE_TORCH_XLA": "0", "ACCELERATE_DYNAMO_BACKEND": "inductor"}),
+    ("Inductor, warm cache", "inductor-warm", ["--backend", "inductor"],
+     {"USE_TORCH_XLA": "0", "ACCELERATE_DYNAMO_BACKEND": "inductor"}),
 )
+# Runs a command and says its peak resident memory: RUSAGE_CHILDREN of a process whose only child is that command.
+PEAK = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+        "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True); sys.exit(code)")
 
 
 def write_corpus(folder: Path) -> None:

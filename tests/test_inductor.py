@@ -148,6 +148,8 @@ def test_the_compilation_limit_stops_the_worker_with_exit_4(make_job, shared_cac
     report = report_of(job)
     assert report["exit_code"] == exit_codes.COMPILATION_LIMIT and report["graphs_captured"] == 3, report
     assert not (job.output / "data" / "loop_metrics.json").exists()     # stopped before the script's end
+    summary = job.read_json("output/data/job-summary.json")              # the worker's record, written as it stopped
+    assert summary["processes"][0]["exit_code"] == exit_codes.COMPILATION_LIMIT and summary["compile"], summary
 
 
 def test_a_graph_break_is_reported_with_its_source_line(make_job, shared_cache):

@@ -61,6 +61,9 @@ def test_sigterm_stops_a_single_worker_cleanly(make_job, tmp_path):
     assert job.failure.startswith("Training stopped: SIGTERM received")
     assert "the workers ended within the grace period" in job.failure
     assert_written_before_signal_intact(job, 1)
+    summary = job.read_json("output/data/job-summary.json")          # a stopped job has its summary too
+    assert summary["outcome"]["stopped"] is True and summary["outcome"]["exit_code"] == 143
+    assert summary["processes"][0]["exit_code"] == 143                 # the worker's own record, written on SIGTERM
 
 
 def test_sighup_from_a_closed_terminal_is_a_stop_and_the_scripts_finally_runs(make_job, tmp_path):

@@ -15,6 +15,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import ClassVar
 
 from .compile_report import CompileReport, log_report, write_compile_report
+from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
 from .options import WorkerOptions
 from .runtime import WorkerIdentity
 from .steps import StepCounter
@@ -46,16 +47,20 @@ def no_gpu_message(asked: str, what: str) -> str:
 
 class WorkerSession:
     """One worker process's compiler, around the user's script: `start` before it, `after_step` after each
-    optimizer step, `finish` after it, however it ended (the compile report, where the backend has one)."""
+    optimizer step, `finish` after it, however it ended (the compile report, where the backend has one, and the
+    measurements for the job summary, for every backend)."""
 
     def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
         self.options = options
         self.identity = identity
         self.process = process   # rank<N> (or rank<N>-spawned<K>): names its report and its cache folder
         self.steps = StepCounter(self.after_step)
+        self.batches = BatchWatch()
 
     def start(self) -> None:
         self.steps.install()
+        if self.options.summary_dir:
+            self.batches.install()
 
     def after_step(self, step: int) -> None:
         """After optimizer step `step` (1, 2, ...); the backend's per-step observations."""
@@ -64,10 +69,44 @@ class WorkerSession:
         """The backend's report of what it compiled; None for a backend that compiles nothing."""
         return None
 
+    def peak_memory(self) -> tuple[float, str]:
+        """(MB, what it measured): CUDA's allocator peak when the script used CUDA, else the process's peak."""
+        cuda = cuda_peak_memory_mb()
+        if cuda is not None:
+            return cuda, "CUDA allocator's peak"
+        return host_peak_memory_mb(), "peak resident memory of the process"
+
     def finish(self, exit_code: int) -> None:
-        report = self.compile_report(exit_code)
+        self.write_results(exit_code, self.compile_report(exit_code))
+
+    def write_results(self, exit_code: int, report: CompileReport | None) -> None:
+        """The compile report (file and log line) and the measurements, at the end or when a limit stops the
+        process."""
         if report is not None:
             log_report(report, write_compile_report(report, self.options.compile_report_dir))
+        if self.options.summary_dir:
+            write_record(self.options.summary_dir, self.process, self.measurements(exit_code, report))
+
+    def measurements(self, exit_code: int, report: CompileReport | None) -> dict:
+        steps = self.steps
+        stats = step_statistics(steps, self.options.warmup_steps)
+        ends = steps.step_ends
+        throughput = None
+        if len(ends) >= 2:
+            start = ends[stats["warmup_steps"] - 1] if stats["warmup_steps"] else ends[0]
+            throughput = self.batches.rates(start, ends[-1])
+        memory, kind = self.peak_memory()
+        return {
+            "process": self.process, "rank": self.identity.rank, "world_size": self.identity.world_size,
+            "backend": self.options.backend, "device": self.options.device, "exit_code": exit_code,
+            "optimizer_steps": steps.steps,
+            "first_step_at": steps.wall_clock(ends[0]) if len(ends) else None,
+            "step_seconds": stats, "throughput": throughput,
+            "peak_memory_mb": round(memory, 1), "peak_memory_kind": kind,
+            "compile": None if report is None else {
+                "seconds": report.compile_seconds_total, "graphs_compiled": report.graphs_compiled,
+                "cache_hits": report.persistent_cache.get("hits", 0)},
+        }
 
 
 class CompilerBackend(ABC):

@@ -50,6 +50,8 @@ class WorkerOptions:
     warmup_steps: int = 5
     # Version-guarded fixes for library code that mishandles XLA tensors (xla/library_patches.py; xla only).
     library_patches: bool = True
+    # Where each worker writes what it measured (steps, step times, throughput, peak memory) for the job summary.
+    summary_dir: str = ""
 
     def to_argv(self) -> list[str]:
         """The worker command-line options that reproduce these options."""
@@ -84,6 +86,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
                             "by Dynamo, cached or not; 0: no limit)")
     group.add_argument("--warmup-steps", type=_non_negative_int, default=d.warmup_steps, metavar="N",
                        help="graphs compiled after N steps are reported as recompilations")
+    group.add_argument("--summary-dir", default=d.summary_dir, metavar="DIR",
+                       help="write each worker's measurements (optimizer steps, step times, throughput from its "
+                            "batches, peak memory) as JSON into DIR, for a job summary")
     group.add_argument("--library-patches", type=_on_off, default=d.library_patches, metavar="true|false",
                        help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads "
                             "every step, saving, tied weights: library_patches.py); false: run them as installed")

@@ -19,9 +19,14 @@ class StepCounter:
 
     def __init__(self, on_step: Callable[[int], None] | None = None):
         self.steps = 0
-        self.step_ends = array("d")   # 8 bytes a step: a million steps keep 8 MB
+        self.step_ends = array("d")   # time.monotonic(); 8 bytes a step: a million steps keep 8 MB
         self.started = time.monotonic()
+        self._wall_minus_monotonic = time.time() - self.started
         self.on_step = on_step
+
+    def wall_clock(self, monotonic: float) -> float:
+        """A time.monotonic() reading as time.time(), to compare with other processes' clocks."""
+        return monotonic + self._wall_minus_monotonic
 
     def install(self) -> StepCounter:
         """Hook torch's optimizers once torch is imported (by the script, or already)."""

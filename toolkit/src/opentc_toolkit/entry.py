@@ -27,6 +27,7 @@ from .aws_launcher import adapt_aws_launcher
 from .compiler import BACKEND, DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
 from .errors import JobConfigError, JobStopped
 from .job import JobPaths, TrainingJob, read_job
+from .job_summary import JobRecorder, write_summary
 from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stopped
 from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, build_plan
@@ -73,11 +74,13 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
         log.info("launching one worker: %s", list(plan.command.argv))
 
 
-def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str], supervisor: Supervisor) -> Outcome:
-    """Read the job, prepare its code, plan the launch, run it, and judge how it ended."""
+def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str], supervisor: Supervisor,
+            scratch: str, recorder: JobRecorder) -> Outcome:
+    """Read the job, prepare its code, plan the launch, run it, and judge how it ended; `recorder` learns what
+    the job is and reads the workers' lines, for the job summary."""
     try:
-        job = read_job(paths)
-        settings = CompilerSettings.from_hyperparameters(job.framework_params)
+        job = recorder.job = read_job(paths)
+        settings = recorder.settings = CompilerSettings.from_hyperparameters(job.framework_params)
         # SageMaker creates these; a job folder run by hand may lack them, and SM_MODEL_DIR and
         # SM_OUTPUT_DATA_DIR point the script at them.
         for folder in (paths.output_data, paths.model):
@@ -86,24 +89,25 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
             except OSError as e:
                 raise JobConfigError(f"the job folder cannot hold its output: {folder} cannot be created "
                                      f"({e}); model/ and output/ must be writable folders.") from None
-        with tempfile.TemporaryDirectory(prefix="opentc-") as scratch:
-            code = fetch_code(job, scratch)
-            adapted = adapt_aws_launcher(job, settings, code)
-            if adapted is not None:   # the job as AWS's torch_xla.distributed.sm_dist would have run it
-                log.info("%s", adapted.summary)
-                job, settings = adapted.job, adapted.settings
-            install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
-            plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), code, scratch)
-            if settings.enabled:
-                os.makedirs(job.paths.compiler_output, exist_ok=True)
-            announce(job, settings, plan, base_env)
-            wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
-            try:
-                result = supervisor.run(plan.command)
-            finally:
-                settings.compiler.after_launch(debug=settings.enabled and settings.debug,
-                                               debug_dir=job.paths.compiler_output)
-            return judge(result, plan.failure_source, job.current_host, plan.world.size)
+        code = fetch_code(job, scratch)
+        adapted = adapt_aws_launcher(job, settings, code)
+        if adapted is not None:   # the job as AWS's torch_xla.distributed.sm_dist would have run it
+            log.info("%s", adapted.summary)
+            job, settings = adapted.job, adapted.settings
+            recorder.job, recorder.settings = job, settings
+        install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
+        plan = recorder.plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), code,
+                                          scratch)
+        if settings.enabled:
+            os.makedirs(job.paths.compiler_output, exist_ok=True)
+        announce(job, settings, plan, base_env)
+        wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
+        try:
+            result = supervisor.run(plan.command, on_line=recorder.lines.feed)
+        finally:
+            settings.compiler.after_launch(debug=settings.enabled and settings.debug,
+                                           debug_dir=job.paths.compiler_output)
+        return judge(result, plan.failure_source, job.current_host, plan.world.size)
     except JobConfigError as e:
         return not_started(str(e), e.exit_code)
     except JobStopped as e:
@@ -118,14 +122,17 @@ def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
     """The whole job; returns its exit code. `base_env` is the container's environment, which the workers'
     environment is built from (os.environ is never changed for them)."""
     clear_verdict(paths)
-    try:
-        launch = LaunchSettings.from_env(base_env)
-    except JobConfigError as e:
-        outcome = not_started(str(e), e.exit_code)
-    else:
-        supervisor = Supervisor(grace=launch.grace)
-        supervisor.install_signal_handlers()
-        outcome = run_job(paths, launch, base_env, supervisor)
+    with tempfile.TemporaryDirectory(prefix="opentc-") as scratch:   # the run's own files, gone with it
+        recorder = JobRecorder()
+        try:
+            launch = LaunchSettings.from_env(base_env)
+        except JobConfigError as e:
+            outcome = not_started(str(e), e.exit_code)
+        else:
+            supervisor = Supervisor(grace=launch.grace)
+            supervisor.install_signal_handlers()
+            outcome = run_job(paths, launch, base_env, supervisor, scratch, recorder)
+        write_summary(paths, recorder, outcome)
     report(paths, outcome)
     return outcome.exit_code
 

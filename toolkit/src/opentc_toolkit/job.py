@@ -82,6 +82,7 @@ class TrainingJob:
     requirements_file: str = "requirements.txt"   # in the code folder, installed before the script runs
     model_trainer: ModelTrainerSource | None = None   # the SageMaker SDK v3's SourceCode, when it sent one
     workers_per_host: int | None = None   # what the job itself asks for (an AWS-era launcher's num_gpus)
+    job_name: str | None = None           # SageMaker's TRAINING_JOB_NAME, or the hyperparameter sagemaker_job_name
 
     @property
     def host_index(self) -> int:
@@ -234,6 +235,8 @@ def read_job(paths: JobPaths) -> TrainingJob:
             current_host=current_host,
             num_gpus=env.num_gpus,
             script_env=_frozen(env.to_env_vars()),
+            job_name=env.job_name or (str(decoded["sagemaker_job_name"]) if decoded.get("sagemaker_job_name")
+                                      else None),
         )
         if model_trainer is not None:
             description = with_model_trainer_source(description, model_trainer, submit_directory_given=(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from opentc_launcher.commands import run_command, worker_command
@@ -29,6 +29,7 @@ DEFAULT_MASTER_PORT = 29500
 DEFAULT_PEER_TIMEOUT = 300.0
 DEFAULT_GRACE = 90.0
 DEFAULT_CACHE_FOLDER = "compile-cache"   # under the checkpoints folder; a sub-folder per backend, version and device
+WORKER_RECORDS = "worker-records"   # in the run's scratch folder: each worker's measurements, for the job summary
 # Linux refuses a single argument or environment entry longer than this (MAX_ARG_STRLEN, 32 pages).
 MAX_ARG_BYTES = 131072
 
@@ -164,7 +165,8 @@ def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
     user set is kept). `scratch` is a folder for the run's own files.
     """
     world, peers = plan_world(job, settings, launch)
-    options = worker_options(settings, job, world, base_env)
+    options = replace(worker_options(settings, job, world, base_env),
+                      summary_dir=os.path.join(scratch, WORKER_RECORDS))
     changes = compiler_environment(settings, gpu_count=job.num_gpus, compiler_output=job.paths.compiler_output,
                                    base_env=base_env)
     decided = job.script_env

@@ -1,7 +1,8 @@
 """Runs a command's process tree (the job's workers, or pip) and turns how it ended into a result.
 
 - The launched process gets its own session; its stderr passes through here (a tail is kept for the
-  failure file). It dies with `train` (a parent-death signal), so a killed `train` leaves nothing running.
+  failure file), and for the job's workers its stdout too (each line of both is read for the job summary). It
+  dies with `train` (a parent-death signal), so a killed `train` leaves nothing running.
 - SIGTERM, SIGINT or SIGHUP to `train` sends SIGTERM to every worker process (not to their helpers such as DataLoader
   workers, which end with their parent); after the grace period the whole tree gets SIGKILL.
 - When the launched process ends, whatever it left behind is stopped: this process is made a child
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import psutil
@@ -65,25 +66,43 @@ class StartFailed(JobConfigError):
     """The operating system refused to start the command (its argv or environment)."""
 
 
-class _StderrPump(threading.Thread):
-    """Copies the child's stderr to ours as it comes and keeps the last bytes."""
+LineReader = Callable[[str], None]
 
-    def __init__(self, stream):
-        super().__init__(daemon=True, name="stderr-pump")
+
+class _Pump(threading.Thread):
+    """Copies one of the child's streams to ours as it comes, keeps its last bytes, and hands each complete line
+    to `on_line` (the job summary reads the loss from them)."""
+
+    def __init__(self, stream, out, on_line: LineReader | None = None):
+        super().__init__(daemon=True, name="stream-pump")
         self._stream = stream
+        self._out = getattr(out, "buffer", None)
+        self._on_line = on_line
         self._tail = bytearray()
+        self._partial = b""
 
     def run(self) -> None:
-        out = getattr(sys.stderr, "buffer", None)
+        out = self._out
         for chunk in iter(lambda: os.read(self._stream.fileno(), 65536), b""):
             if out is not None:
                 try:
                     out.write(chunk)
                     out.flush()
-                except OSError:  # our own stderr is gone: keep the tail for the failure file anyway
+                except OSError:  # our own stream is gone: keep the tail for the failure file anyway
                     out = None
             self._tail += chunk
             del self._tail[:-STDERR_TAIL_BYTES]
+            if self._on_line is not None:
+                self._lines(chunk)
+        if self._on_line is not None and self._partial:
+            self._lines(b"\n")
+
+    def _lines(self, chunk: bytes) -> None:
+        *complete, self._partial = (self._partial + chunk).split(b"\n")
+        self._partial = self._partial[-65536:]   # a line without an end is not kept forever
+        for line in complete:
+            with contextlib.suppress(Exception):   # reading a line is never a reason to stop copying
+                self._on_line(line.decode("utf-8", errors="replace"))   # type: ignore[misc]
 
     @property
     def tail(self) -> str:
@@ -153,8 +172,9 @@ class Supervisor:
             return []
 
     # -- running -------------------------------------------------------------------------------
-    def run(self, command: Command) -> ProcessResult:
-        """Run the command to its end (or to a stop); raises StartFailed when it cannot be started."""
+    def run(self, command: Command, on_line: LineReader | None = None) -> ProcessResult:
+        """Run the command to its end (or to a stop); raises StartFailed when it cannot be started. `on_line` gets
+        every line the command writes to stdout and stderr (both still pass through)."""
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         me = psutil.Process()
         already_ours = {p.pid for p in me.children()}
@@ -162,7 +182,8 @@ class Supervisor:
             return ProcessResult(exit_codes.of_signal(self._stop_signal), "", self._stop_signal, self.grace)
         try:
             proc = subprocess.Popen(list(command.argv), env=dict(command.env), cwd=command.cwd,
-                                    stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+                                    stdout=subprocess.PIPE if on_line else None, stderr=subprocess.PIPE,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
         except (OSError, ValueError) as e:
             raise StartFailed(
                 f"the operating system refused to start {os.path.basename(command.argv[0])}: "
@@ -171,8 +192,11 @@ class Supervisor:
                 f"or a name or value the OS cannot carry is the usual cause.") from None
         self._root = psutil.Process(proc.pid)
         self._workers_are_children = command.workers_are_children
-        pump = _StderrPump(proc.stderr)
+        pump = _Pump(proc.stderr, sys.stderr, on_line)
         pump.start()
+        out_pump = _Pump(proc.stdout, sys.stdout, on_line) if on_line else None
+        if out_pump is not None:
+            out_pump.start()
         if self._stop_signal is not None:  # a signal between the check above and Popen
             _signal_all(self._workers(), signal.SIGTERM)
         killed = False
@@ -190,6 +214,8 @@ class Supervisor:
                 killed = True
         self._stop_leftovers(already_ours)
         pump.join(timeout=5)
+        if out_pump is not None:
+            out_pump.join(timeout=5)
         self._root = None
         return ProcessResult(exit_codes.from_returncode(returncode), pump.tail, self._stop_signal, self.grace)
 

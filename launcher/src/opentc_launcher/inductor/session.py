@@ -33,9 +33,7 @@ from ..compile_report import (
     CompileTimeline,
     Finding,
     limit_message,
-    log_report,
     recompilation_warning,
-    write_compile_report,
 )
 from ..errors import record_error
 from ..options import WorkerOptions
@@ -222,8 +220,7 @@ class InductorSession(WorkerSession):
             threading.Event().wait()
         message = limit_message(captured, self.options.max_compilations, "captured by torch.compile (Dynamo)")
         log.error("%s: %s", self.process, message)
-        report = self._build_report(exit_codes.COMPILATION_LIMIT)
-        log_report(report, write_compile_report(report, self.options.compile_report_dir))
+        self.write_results(exit_codes.COMPILATION_LIMIT, self._build_report(exit_codes.COMPILATION_LIMIT))
         record_error(message, "", exit_codes.COMPILATION_LIMIT)
         sys.stdout.flush()
         sys.stderr.flush()

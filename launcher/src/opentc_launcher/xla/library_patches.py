@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from ..after_import import when_imported
+from ..replace import replace_once
 
 log = logging.getLogger("opentc_launcher")
 
@@ -46,17 +47,6 @@ def _source(obj: object) -> str:
         return inspect.getsource(obj)  # type: ignore[arg-type]
     except (OSError, TypeError):
         return ""
-
-
-def replace_once(owner: object, name: str, wrapper: Callable) -> None:
-    """Put `wrapper` in place of owner.<name> (kept as wrapper.__wrapped__), unless a wrapper of ours is there
-    already."""
-    original = getattr(owner, name)
-    if getattr(original, "__opentc_patch__", False):
-        return
-    wrapper.__opentc_patch__ = True  # type: ignore[attr-defined]
-    wrapper.__wrapped__ = original   # type: ignore[attr-defined]
-    setattr(owner, name, wrapper)
 
 
 def _is_xla(tensor: object) -> bool:

@@ -10,15 +10,15 @@ from collections.abc import Callable, MutableMapping
 
 from .. import exit_codes
 from ..backend import WorkerSession
-from ..compile_report import CompileReport, limit_message, log_report, write_compile_report
+from ..compile_report import CompileReport, limit_message
 from ..errors import record_error
 from ..options import WorkerOptions
+from ..replace import replace_once
 from ..runtime import WorkerIdentity
 from . import pjrt_device, xla_runtime_env
 from .cache import open_cache
 from .diagnostics import CompileMonitor, StepActivity, build_report
 from .library_patches import install as install_library_patches
-from .library_patches import replace_once
 from .parameters import SWAP_SWITCH, keep_parameters_on_move
 from .spawned import follow_spawned_processes
 
@@ -119,8 +119,7 @@ class XlaSession(WorkerSession):
             threading.Event().wait()   # the other thread is writing the report and ends the process
         message = limit_message(compiles, self.options.max_compilations)
         log.error("%s: %s", self.process, message)
-        report = self._build_report(exit_codes.COMPILATION_LIMIT)
-        log_report(report, write_compile_report(report, self.options.compile_report_dir))
+        self.write_results(exit_codes.COMPILATION_LIMIT, self._build_report(exit_codes.COMPILATION_LIMIT))
         record_error(message, "", exit_codes.COMPILATION_LIMIT)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -131,6 +130,18 @@ class XlaSession(WorkerSession):
             return None
         self.monitor.stop()
         return self._build_report(exit_code) if self.options.compile_report_dir else None
+
+    def peak_memory(self) -> tuple[float, str]:
+        """XLA's runtime peak on a GPU or TPU; on XLA:CPU the tensors live in the process's memory."""
+        if self.options.device != "cpu":
+            import torch_xla
+            import torch_xla.core.xla_model as xm
+
+            try:
+                return xm.get_memory_info(torch_xla.device())["peak_bytes_used"] / 2**20, "XLA runtime's peak"
+            except (KeyError, RuntimeError, TypeError):
+                pass
+        return super().peak_memory()
 
     def finish(self, exit_code: int) -> None:
         """After the script, however it ended: the compile report, and debug mode's last metrics."""

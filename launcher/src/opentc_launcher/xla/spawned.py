@@ -27,8 +27,8 @@ from .. import exit_codes
 from ..backend import WorkerSession
 from ..options import WorkerOptions
 from ..process import StoppedWithExitCode, configure_logging, exit_code_of
+from ..replace import replace_once
 from ..runtime import WorkerIdentity
-from .library_patches import replace_once
 from .parameters import parameters_kept_on_move
 
 log = logging.getLogger("opentc_launcher")

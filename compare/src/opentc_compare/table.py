@@ -1,0 +1,93 @@
+"""The comparison as a table: one column per job, the first job the reference for the ratios."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .inputs import Job
+
+Getter = Callable[[dict[str, Any]], Any]
+
+
+def _get(*keys: str) -> Getter:
+    def get(summary: dict[str, Any]) -> Any:
+        value: Any = summary
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+    return get
+
+
+def _fmt(value: Any, digits: int = 1, scale: float = 1.0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = value * scale
+        return f"{number:,.{digits}f}" if digits else f"{number:,.0f}"
+    return str(value)
+
+
+def _ratio(first: float | None, this: float | None, faster_when_lower: bool) -> str:
+    if not first or not this:
+        return "-"
+    return f"{(first / this if faster_when_lower else this / first):.2f}x"
+
+
+def _outcome(summary: dict[str, Any]) -> str:
+    outcome = summary.get("outcome") or {}
+    if outcome.get("succeeded"):
+        return "succeeded"
+    return f"{'stopped' if outcome.get('stopped') else 'failed'} (exit code {outcome.get('exit_code')})"
+
+
+def _final_loss(summary: dict[str, Any]) -> Any:
+    points = _get("loss", "points")(summary) or []
+    return points[-1]["loss"] if points else None
+
+
+# (row name, value, digits, scale, ratio: None, or (its name, lower is better))
+ROWS: tuple[tuple[str, Getter, int, float, tuple[str, bool] | None], ...] = (
+    ("outcome", _outcome, 0, 1.0, None),
+    ("device", _get("device"), 0, 1.0, None),
+    ("workers (hosts)", lambda s: f"{s.get('workers')} ({len(s.get('hosts') or [])})", 0, 1.0, None),
+    ("torch", _get("versions", "torch"), 0, 1.0, None),
+    ("torch-xla", _get("versions", "torch-xla"), 0, 1.0, None),
+    ("transformers", _get("versions", "transformers"), 0, 1.0, None),
+    ("wall time (s)", _get("wall_seconds"), 1, 1.0, ("wall time vs first", False)),
+    ("first optimizer step after (s)", _get("first_step_seconds"), 1, 1.0, None),
+    ("optimizer steps", _get("optimizer_steps"), 0, 1.0, None),
+    ("median step (ms)", _get("step_seconds", "median"), 1, 1000.0, ("speed vs first (median step)", True)),
+    ("p90 step (ms)", _get("step_seconds", "p90"), 1, 1000.0, None),
+    ("samples/s", _get("throughput", "samples_per_second"), 1, 1.0, ("samples/s vs first", False)),
+    ("tokens/s", _get("throughput", "tokens_per_second"), 0, 1.0, ("tokens/s vs first", False)),
+    ("throughput measured from", _get("throughput", "source"), 0, 1.0, None),
+    ("Trainer's samples/s (whole run)", _get("throughput", "trainer_samples_per_second"), 1, 1.0, None),
+    ("final loss", _final_loss, 4, 1.0, None),
+    ("peak memory (MB)", _get("peak_memory_mb"), 0, 1.0, ("peak memory vs first", False)),
+    ("compile (s)", _get("compile", "seconds"), 1, 1.0, None),
+    ("graphs compiled", _get("compile", "graphs_compiled"), 0, 1.0, None),
+    ("loaded from the cache", _get("compile", "cache_hits"), 0, 1.0, None),
+)
+
+
+def unique_labels(jobs: Sequence[Job]) -> list[str]:
+    labels = [job.label for job in jobs]
+    return [label if labels.count(label) == 1 else f"{label} #{i + 1}" for i, label in enumerate(labels)]
+
+
+def render(jobs: Sequence[Job]) -> str:
+    """A markdown table: a row per figure, a column per job; ratio rows compare each job with the first."""
+    labels = unique_labels(jobs)
+    lines = ["| | " + " | ".join(labels) + " |", "|---|" + "---|" * len(jobs)]
+    first = jobs[0].summary
+    for name, get, digits, scale, ratio in ROWS:
+        values = [get(job.summary) for job in jobs]
+        if all(v is None for v in values):
+            continue
+        lines.append(f"| {name} | " + " | ".join(_fmt(v, digits, scale) for v in values) + " |")
+        if ratio is not None and len(jobs) > 1:
+            ratio_name, lower_is_better = ratio
+            lines.append(f"| {ratio_name} | " + " | ".join(
+                _ratio(get(first), get(job.summary), lower_is_better) for job in jobs) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""What every worker measures for the job summary, whatever the backend, with no change to the script.
+
+- Optimizer steps (the shared StepCounter): when the first ended, and the time between steps once warm
+  (median and 90th percentile, the first `warmup` steps left out: compilation happens there).
+- Throughput from the batches torch's DataLoaders hand out: each batch's shape gives its samples (the first
+  dimension of its first tensor, `input_ids` in a dict) and its tokens (samples x the second dimension, for a
+  tensor of integer ids). Counted in the steady window (after warm-up), so compilation is not in the rate.
+  Scripts that do not use a DataLoader have no throughput here (the Trainer's own figure may still be known).
+- Peak memory: the backend's (CUDA's allocator, XLA's runtime on a GPU), else the process's peak resident memory.
+
+Written at the end to <summary dir>/worker-<process>.json; the toolkit puts the workers' records together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import resource
+import statistics
+import sys
+import threading
+import time
+from array import array
+from typing import Any
+
+from .after_import import when_imported
+from .replace import replace_once
+from .steps import StepCounter
+
+log = logging.getLogger("opentc_launcher")
+
+MAX_BATCHES = 1_000_000
+
+
+class BatchWatch:
+    """When each DataLoader batch was handed out, with its samples and tokens."""
+
+    def __init__(self) -> None:
+        self.times = array("d")     # time.monotonic()
+        self.samples = array("q")
+        self.tokens = array("q")
+        self._lock = threading.Lock()
+
+    def install(self) -> BatchWatch:
+        global _current
+        _current = self
+        when_imported("torch", _hook_dataloaders)
+        return self
+
+    def seen(self, batch: Any) -> None:
+        tensor = _first_tensor(batch)
+        if tensor is None or tensor.dim() == 0 or len(self.times) >= MAX_BATCHES:
+            return
+        samples = int(tensor.shape[0])
+        ids = tensor.dim() >= 2 and not tensor.is_floating_point() and not tensor.is_complex()
+        with self._lock:
+            self.times.append(time.monotonic())
+            self.samples.append(samples)
+            self.tokens.append(samples * int(tensor.shape[1]) if ids else 0)
+
+    def rates(self, start: float, end: float) -> dict[str, float | None] | None:
+        """Samples and tokens per second handed out between two moments (time.monotonic()); None without batches."""
+        if end <= start:
+            return None
+        with self._lock:
+            chosen = [i for i, t in enumerate(self.times) if start < t <= end]
+            samples = sum(self.samples[i] for i in chosen)
+            tokens = sum(self.tokens[i] for i in chosen)
+        if not chosen:
+            return None
+        return {"samples_per_second": samples / (end - start),
+                "tokens_per_second": tokens / (end - start) if tokens else None}
+
+
+_current: BatchWatch | None = None
+
+
+def _first_tensor(batch: Any):
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, dict):
+        values = [batch["input_ids"]] if "input_ids" in batch else list(batch.values())
+    elif isinstance(batch, (list, tuple)):
+        values = list(batch)
+    else:
+        values = [getattr(batch, "input_ids", None)]   # a BatchEncoding-like object
+    return next((v for v in values if isinstance(v, torch.Tensor)), None)
+
+
+def _hook_dataloaders(_torch) -> None:
+    from torch.utils.data import dataloader
+
+    iterator = dataloader._BaseDataLoaderIter
+    original = iterator.__next__
+
+    def __next__(self):
+        batch = original(self)
+        if _current is not None:
+            with contextlib.suppress(Exception):   # a measurement is never a reason for a step to fail
+                _current.seen(batch)
+        return batch
+
+    replace_once(iterator, "__next__", __next__)
+
+
+def host_peak_memory_mb() -> float:
+    """This process's peak resident memory (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cuda_peak_memory_mb() -> float | None:
+    """CUDA's allocator peak on this process's device, when torch is imported and CUDA is in use."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return torch.cuda.max_memory_allocated() / 2**20
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def step_statistics(steps: StepCounter, warmup: int) -> dict[str, Any]:
+    """Seconds between optimizer steps once warm: the first `warmup` steps are left out (all but the first when
+    the job had too few)."""
+    ends = steps.step_ends
+    skip = warmup if len(ends) > warmup + 1 else min(1, len(ends))
+    durations = [ends[i] - ends[i - 1] for i in range(max(skip, 1), len(ends))]
+    stats: dict[str, Any] = {"measured_steps": len(durations), "warmup_steps": skip, "median": None, "p90": None}
+    if durations:
+        stats["median"] = statistics.median(durations)
+        stats["p90"] = statistics.quantiles(durations, n=10, method="inclusive")[-1] if len(durations) > 1 \
+            else durations[0]
+    return stats
+
+
+def write_record(folder: str, process: str, record: dict[str, Any]) -> None:
+    """worker-<process>.json in `folder`; a failure is logged, never raised."""
+    if not folder:
+        return
+    path = os.path.join(folder, f"worker-{process}.json")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("%s: could not write its measurements to %s: %s", process, path, e)

@@ -1,0 +1,208 @@
+"""Did the compiler pay? Every job's measured summary (output/data/job-summary.json), and `opentc-compare` putting
+jobs side by side as a table and a picture, from job folders, output.tar.gz files and s3:// URIs.
+
+Real jobs through `train` (the sample, eager and on XLA:CPU, and a Trainer job); S3 is a moto server, the one
+thing that cannot exist here."""
+
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import BIN, REPO, clean_env, free_port, run_train
+from opentc_launcher import exit_codes
+
+STEPS, LOG_EVERY = 12, 4
+
+
+@pytest.fixture(scope="module")
+def sample_runs(tmp_path_factory):
+    """The sample job, compiler off and on (XLA:CPU): {name: (job folder, train's output)}."""
+    import shutil
+
+    from conftest import SAMPLE_JOB, Job
+
+    runs = {}
+    for name, compiler in (("eager", False), ("xla", True)):
+        job = Job(tmp_path_factory.mktemp("runs") / name)
+        shutil.copytree(SAMPLE_JOB, job.root)
+        job.set_hyperparameters(sagemaker_training_compiler_enabled=compiler, max_steps=STEPS, log_every=LOG_EVERY)
+        result = run_train(job)
+        assert result.returncode == 0, result.output[-4000:]
+        runs[name] = (job, result.output)
+    return runs
+
+
+def summary_of(job):
+    return job.read_json("output/data/job-summary.json")
+
+
+@pytest.mark.parametrize("name", ["eager", "xla"])
+def test_every_job_has_a_summary_with_plausible_figures(sample_runs, name):
+    job, output = sample_runs[name]
+    summary = summary_of(job)
+    assert summary["format"] == "opentc-job-summary/1" and summary["backend"] == name
+    assert summary["device"] == "cpu" and summary["workers"] == 1 and summary["hosts"] == ["algo-1"]
+    assert summary["outcome"] == {"exit_code": 0, "succeeded": True, "stopped": False, "headline": None}
+    assert summary["optimizer_steps"] == STEPS                            # the steps the script made
+    steps = summary["step_seconds"]
+    assert steps["measured_steps"] == STEPS - 5 and 0 < steps["median"] <= steps["p90"] < 60, steps
+    assert 0 < summary["first_step_seconds"] < summary["wall_seconds"], summary
+    logged = job.read_json("output/data/metrics.json")["losses"]          # what the script itself recorded
+    assert summary["loss"]["source"] == "the script's own loss lines"
+    assert [(p["step"], round(p["loss"], 4)) for p in summary["loss"]["points"]] == [
+        (p["step"], round(p["loss"], 4)) for p in logged]
+    assert summary["peak_memory_mb"] > 100 and summary["processes"][0]["peak_memory_kind"]
+    assert summary["throughput"]["source"] is None       # the sample slices a tensor: no DataLoader, no guess
+    assert summary["versions"]["torch"].startswith("2.") and summary["versions"]["transformers"]
+    if name == "xla":
+        assert summary["compile"]["seconds"] > 0 and summary["compile"]["graphs_compiled"] >= 1
+    else:
+        assert summary["compile"] is None
+    # The headline is the log's line before the verdict.
+    lines = output.rstrip().splitlines()
+    assert "job summary: " in lines[-2] and lines[-1].endswith("Reporting training SUCCESS"), lines[-3:]
+    assert f"{name} on cpu, 1 worker(s); {STEPS} optimizer steps; median step " in lines[-2]
+
+
+def test_a_trainer_jobs_throughput_comes_from_its_batches_and_its_own_log(make_job):
+    job = make_job()
+    job.use_script("run_clm_tiny.py")
+    job.drop_script_hyperparameters()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=False, output_dir=str(job.model), max_steps=STEPS,
+                            per_device_train_batch_size=4, logging_steps=LOG_EVERY, save_strategy="no",
+                            report_to="none", dataloader_drop_last=True, block_size=64, seed=0,
+                            disable_tqdm=True)
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-4000:]
+    summary = summary_of(job)
+    throughput = summary["throughput"]
+    assert throughput["source"] == "batch shapes, steady state", throughput
+    assert throughput["samples_per_second"] > 0
+    assert throughput["tokens_per_second"] == pytest.approx(64 * throughput["samples_per_second"])   # 64-token blocks
+    assert throughput["trainer_samples_per_second"] > 0                   # the Trainer's figure, kept beside
+    assert summary["loss"]["source"] == "the Trainer's log"
+    assert len(summary["loss"]["points"]) == STEPS // LOG_EVERY
+    trained = job.read_json("output/data/trainer_metrics.json")["losses"]
+    # transformers 5 prints each value to 4 significant digits ('5.904'): the summary has what it printed.
+    assert [p["loss"] for p in summary["loss"]["points"]] == pytest.approx(trained, rel=1e-3)
+    assert summary["optimizer_steps"] == STEPS
+
+
+def test_a_failed_job_still_has_a_summary_of_what_was_known(make_job):
+    job = make_job()
+    job.use_script("crash.py")
+    job.drop_script_hyperparameters()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    result = run_train(job)
+    assert result.returncode == exit_codes.FAILED
+    summary = summary_of(job)
+    assert summary["outcome"]["succeeded"] is False and summary["outcome"]["exit_code"] == exit_codes.FAILED
+    assert summary["outcome"]["headline"].startswith("Training failed: the training script ended with exit code 1")
+    assert summary["optimizer_steps"] == 0 and summary["backend"] == "eager" and summary["processes"]
+    bad = make_job()
+    (bad.config / "hyperparameters.json").write_text("[]")
+    assert run_train(bad).returncode == exit_codes.BAD_INPUT
+    summary = summary_of(bad)                                   # not even started: the outcome, and nothing more
+    assert summary["outcome"]["headline"].startswith("Training not started:") and summary["backend"] is None
+
+
+def compare(*args, **env):
+    return subprocess.run([str(BIN / "opentc-compare"), *map(str, args)], env=clean_env(**env),
+                          capture_output=True, text=True, timeout=300)
+
+
+def output_tarball(job, path):
+    """What SageMaker puts in S3 as output.tar.gz: the contents of /opt/ml/output/data."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for item in sorted((job.output / "data").iterdir()):
+            tar.add(item, arcname=item.name)
+    return path
+
+
+def assert_compared(text, first="eager", second="xla"):
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert rows[""].startswith(f"| | {first} (") and f" | {second} (" in rows[""], text
+    assert rows["optimizer steps"] == f"| optimizer steps | {STEPS} | {STEPS} |", text
+    ratio = rows["speed vs first (median step)"].split(" | ")
+    assert ratio[1] == "1.00x" and ratio[2].rstrip(" |").endswith("x") and ratio[2] != "-", text
+    assert "peak memory vs first" in rows and "final loss" in rows
+
+
+def test_compare_two_job_folders_and_draw_them(sample_runs, tmp_path):
+    plot = tmp_path / "compare.png"
+    result = compare(sample_runs["eager"][0].root, sample_runs["xla"][0].root, "--plot", plot)
+    assert result.returncode == 0, result.stderr
+    assert_compared(result.stdout)
+    from PIL import Image
+
+    with Image.open(plot) as image:
+        assert image.format == "PNG" and image.size == (1200, 800)
+
+
+def test_compare_two_output_tarballs(sample_runs, tmp_path):
+    tarballs = [output_tarball(sample_runs[name][0], tmp_path / name / "output" / "output.tar.gz")
+                for name in ("eager", "xla")]
+    result = compare(*tarballs)
+    assert result.returncode == 0, result.stderr
+    assert_compared(result.stdout)
+
+
+def test_compare_s3_uris_against_a_moto_server(sample_runs, tmp_path):
+    boto3 = pytest.importorskip("boto3")
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        endpoint = f"http://127.0.0.1:{port}"
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+        s3.create_bucket(Bucket="jobs")
+        uris = []
+        for name in ("eager", "xla"):
+            local = output_tarball(sample_runs[name][0], tmp_path / f"{name}.tar.gz")
+            s3.upload_file(str(local), "jobs", f"gpt2-{name}/output/output.tar.gz")
+            uris.append(f"s3://jobs/gpt2-{name}/output/output.tar.gz")
+        result = compare(*uris, AWS_ENDPOINT_URL=endpoint, **creds)
+        assert result.returncode == 0, result.stderr
+        assert_compared(result.stdout)
+        missing = compare("s3://jobs/nothing/output/output.tar.gz", AWS_ENDPOINT_URL=endpoint, **creds)
+        assert missing.returncode == 2 and "s3://jobs/nothing/output/output.tar.gz could not be downloaded" in \
+            missing.stderr
+    finally:
+        server.stop()
+
+
+def test_compare_names_what_it_cannot_read(tmp_path):
+    result = compare(tmp_path / "nowhere")
+    assert result.returncode == 2 and f"{tmp_path / 'nowhere'} does not exist" in result.stderr
+    (tmp_path / "job" / "output" / "data").mkdir(parents=True)
+    result = compare(tmp_path / "job")
+    assert result.returncode == 2 and "holds no job-summary.json" in result.stderr
+    (tmp_path / "job" / "output" / "data" / "job-summary.json").write_text('{"format": "something else"}')
+    result = compare(tmp_path / "job")
+    assert result.returncode == 2 and "is not a job summary of format opentc-job-summary/1" in result.stderr
+
+
+def test_compare_installs_and_runs_without_torch(sample_runs, tmp_path):
+    """Where people read results: a fresh venv with opentc-compare and what it needs (matplotlib), no torch."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c",
+                          str(REPO / "constraints.txt"), str(REPO / "compare")], capture_output=True, text=True,
+                         timeout=900)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list"], capture_output=True, text=True)
+    assert "torch" not in listed.stdout.lower() and "sagemaker" not in listed.stdout.lower(), listed.stdout
+    result = subprocess.run([str(venv / "bin" / "opentc-compare"), str(sample_runs["eager"][0].root),
+                             str(sample_runs["xla"][0].root), "--plot", str(tmp_path / "c.png")],
+                            env={**os.environ, "PATH": str(venv / "bin")}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert_compared(result.stdout)
+    assert (tmp_path / "c.png").stat().st_size > 10_000

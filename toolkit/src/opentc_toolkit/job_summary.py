@@ -1,0 +1,129 @@
+"""Each job's measured summary: output/data/job-summary.json (so SageMaker keeps it in output.tar.gz), for every
+job, compiler on or off, finished, failed or stopped (with what was known by then), and its headline as the log's
+last line before the verdict. `opentc-compare` reads it (its format: opentc_compare.summary).
+
+The figures come from three places: this process (the job's wall time and what the job is), the workers' records
+(opentc_launcher.measurements: steps, step times, throughput from batch shapes, peak memory, compilation), and
+the lines the workers printed (loss_lines: the loss series and the Trainer's own throughput). A summary is never a
+reason for a job to fail: anything that goes wrong here is logged and the job's verdict stands.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.metadata as metadata
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentc_compare.summary import FILE_NAME, FORMAT, headline
+
+from .compiler import CompilerSettings
+from .job import JobPaths, TrainingJob
+from .loss_lines import LossLines
+from .outcome import Outcome
+from .plan import LaunchPlan
+
+log = logging.getLogger(__name__)
+
+# Where the throughput comes from (README, "Did it pay?"): the batches torch's DataLoaders handed out after warm-up,
+# else the Trainer's own train_samples_per_second, over its whole run (compilation included).
+BATCHES = "batch shapes, steady state"
+TRAINER_RATE = "the Trainer's train_samples_per_second, whole run"
+VERSIONED = {"torch": "torch", "torch-xla": "torch-xla", "transformers": "transformers", "opentc": "opentc-toolkit"}
+
+
+@dataclass
+class JobRecorder:
+    """What the job's run learns about it as it goes, for its summary."""
+
+    started: float = field(default_factory=time.time)
+    lines: LossLines = field(default_factory=LossLines)
+    job: TrainingJob | None = None
+    settings: CompilerSettings | None = None
+    plan: LaunchPlan | None = None
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _records(folder: str) -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(glob.glob(os.path.join(folder, "worker-*.json"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                found.append(json.load(f))
+        except (OSError, ValueError) as e:
+            log.warning("job summary: %s could not be read (%s)", path, e)
+    return sorted(found, key=lambda r: (r.get("rank", 0), r.get("process", "")))
+
+
+def _throughput(records: list[dict[str, Any]], trainer: dict[str, float]) -> dict[str, Any]:
+    rates = [r["throughput"] for r in records if r.get("throughput")]
+    result: dict[str, Any] = {"samples_per_second": None, "tokens_per_second": None, "source": None,
+                              "trainer_samples_per_second": trainer.get("train_samples_per_second"),
+                              "trainer_tokens_per_second": trainer.get("train_tokens_per_second")}
+    if rates:   # data parallel: the host's workers together
+        tokens = [r["tokens_per_second"] for r in rates if r.get("tokens_per_second")]
+        result.update(samples_per_second=sum(r["samples_per_second"] for r in rates),
+                      tokens_per_second=sum(tokens) if tokens else None, source=BATCHES)
+    elif trainer.get("train_samples_per_second") is not None:
+        result.update(samples_per_second=trainer["train_samples_per_second"],
+                      tokens_per_second=trainer.get("train_tokens_per_second"), source=TRAINER_RATE)
+    return result
+
+
+def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> dict[str, Any]:
+    job, settings, plan = recorder.job, recorder.settings, recorder.plan
+    records = _records(plan.options.summary_dir) if plan and plan.options.summary_dir else []
+    first = records[0] if records else {}
+    first_steps = [r["first_step_at"] for r in records if r.get("first_step_at")]
+    memory = [r["peak_memory_mb"] for r in records if r.get("peak_memory_mb") is not None]
+    return {
+        "format": FORMAT,
+        "job_name": os.environ.get("TRAINING_JOB_NAME") or (job.job_name if job else None)
+                    or os.path.basename(os.path.normpath(paths.base)),
+        "outcome": {"exit_code": outcome.exit_code, "succeeded": outcome.succeeded,
+                    "stopped": outcome.message.startswith("Training stopped"),
+                    "headline": outcome.message.split("\n", 1)[0] or None},
+        "backend": settings.backend_name if settings else None,
+        "device": plan.options.device if plan else None,
+        "workers": plan.world.size if plan else None,
+        "workers_on_this_host": plan.world.workers_per_host if plan else None,
+        "hosts": list(job.hosts) if job else [],
+        "current_host": job.current_host if job else None,
+        "versions": {name: _version(dist) for name, dist in VERSIONED.items()},
+        "wall_seconds": round(time.time() - recorder.started, 3),
+        "first_step_seconds": round(min(first_steps) - recorder.started, 3) if first_steps else None,
+        "optimizer_steps": first.get("optimizer_steps", 0),
+        "step_seconds": first.get("step_seconds") or {"median": None, "p90": None, "measured_steps": 0},
+        "throughput": _throughput(records, recorder.lines.trainer_rates()),
+        "loss": recorder.lines.loss(),
+        "peak_memory_mb": max(memory) if memory else None,
+        "compile": first.get("compile"),
+        "processes": records,
+    }
+
+
+def write_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> dict[str, Any] | None:
+    """output/data/job-summary.json and its headline in the log. Never raises."""
+    try:
+        summary = build_summary(paths, recorder, outcome)
+        os.makedirs(paths.output_data, exist_ok=True)
+        path = os.path.join(paths.output_data, FILE_NAME)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+        os.replace(tmp, path)
+    except Exception as e:  # noqa: BLE001  (the summary is never a reason for a job to fail)
+        log.warning("job summary not written: %s: %s", type(e).__name__, e)
+        return None
+    log.info("job summary: %s (%s)", headline(summary), path)
+    return summary

@@ -1,0 +1,77 @@
+"""The loss series and the Trainer's own throughput, read from what the workers print (stdout and stderr), with no
+change to the script.
+
+Recognised, one value per line:
+- the Hugging Face Trainer's log lines, Python dicts: `{'loss': '4.51', 'grad_norm': ..., 'epoch': '0.25'}`
+  (values quoted or not; its `step` when present), and its final line with `train_samples_per_second` /
+  `train_tokens_per_second`;
+- a script's own lines with the word `loss` and a number after it: `loss 1.23`, `loss: 1.23`, `loss=1.23`,
+  `train loss 1.23`, with `step N` (or `step: N`, `step=N`) on the same line when there is one.
+Words that only contain "loss" (`train_loss`, `eval_loss`, `loss_type`) are not a loss, nor is a line with two
+losses (`first loss 5.99, last loss 1.84`). Lines with a step give the series; where no line has one (the
+Trainer's), the lines are numbered in the order they came. With several workers printing, the first value seen
+for a step is kept. A loss that is not a number (nan, inf) is kept as null: the job diverged there.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+MAX_POINTS = 10_000
+TRAINER = "the Trainer's log"
+SCRIPT = "the script's own loss lines"
+
+_NUMBER = r"(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+# transformers 5 prints the values as strings: {'loss': '5.909', ...}; older ones as numbers.
+_DICT_LOSS = re.compile(r"""['"]loss['"]\s*:\s*['"]?""" + _NUMBER)
+_DICT_STEP = re.compile(r"""['"]step['"]\s*:\s*['"]?(\d+)""")
+_WORD_LOSS = re.compile(r"(?<![\w.])loss\b(?!_)\s*[:=]?\s*" + _NUMBER, re.IGNORECASE)
+_WORD_STEP = re.compile(r"(?<![\w.])step\b\s*[:=]?\s*(\d+)", re.IGNORECASE)
+_TRAINER_RATES = {key: re.compile(rf"""['"]{key}['"]\s*:\s*['"]?{_NUMBER}""")
+                  for key in ("train_samples_per_second", "train_tokens_per_second", "train_runtime")}
+
+
+class LossLines:
+    """Fed line by line (from the supervisor's pumps, in any thread); `result()` when the job has ended."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stepped: dict[int, float] = {}
+        self._in_order: list[float] = []
+        self._sources: set[str] = set()
+        self._trainer: dict[str, float] = {}
+
+    def feed(self, line: str) -> None:
+        if "loss" not in line and "train_" not in line:
+            return
+        with self._lock:
+            for key, pattern in _TRAINER_RATES.items():
+                rate = pattern.search(line)
+                if rate:
+                    self._trainer[key] = float(rate[1])
+            dictionary = _DICT_LOSS.search(line)
+            found: list[re.Match[str]] = [dictionary] if dictionary is not None else list(_WORD_LOSS.finditer(line))
+            if len(found) != 1:
+                return
+            value = float(found[0][1])
+            step_match = (_DICT_STEP if dictionary else _WORD_STEP).search(line)
+            self._sources.add(TRAINER if dictionary else SCRIPT)
+            if step_match:
+                if int(step_match[1]) not in self._stepped and len(self._stepped) < MAX_POINTS:
+                    self._stepped[int(step_match[1])] = value
+            elif len(self._in_order) < MAX_POINTS:
+                self._in_order.append(value)
+
+    def loss(self) -> dict[str, Any]:
+        with self._lock:
+            series = sorted(self._stepped.items()) if self._stepped else list(enumerate(self._in_order))
+            source = " and ".join(sorted(self._sources)) if self._sources else None
+        points = [{"step": step, "loss": value if value == value and abs(value) != float("inf") else None}
+                  for step, value in series]
+        return {"source": source, "points": points}
+
+    def trainer_rates(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._trainer)
