@@ -54,14 +54,18 @@ def write_corpus(folder: Path) -> None:
     (folder / "corpus.txt").write_text("\n".join(lines) + "\n")
 
 
-def run(work: Path, name: str, options: list[str], use_xla: str, steps: int, logging_steps: int) -> dict:
-    out = work / name.split()[0].replace(",", "") / ("on" if "on" in name.split(",")[-1] else "off")
+def run(work: Path, name: str, folder: str, options: list[str], variables: dict, steps: int,
+        logging_steps: int) -> dict:
+    out = work / folder
     out.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_"))}
+           if not k.startswith(("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_", "ACCELERATE_DYNAMO_"))}
     # The tokenizer's thread pool, once used, keeps two cores busy enough to slow eager steps 60-fold here.
-    env.update(PJRT_DEVICE="CPU", USE_TORCH_XLA=use_xla, TOKENIZERS_PARALLELISM="false")
-    argv = [str(BIN / "opentc-worker"), "--device", "cpu", "--compile-report-dir", str(out), *options,
+    env.update(PJRT_DEVICE="CPU", TOKENIZERS_PARALLELISM="false", **variables)
+    # Only the Inductor runs share a cache (the warm run reads what the cold one wrote): XLA's runs start cold.
+    cache = ["--compile-cache-dir", str(work / "inductor-cache")] if "inductor" in options else []
+    argv = [sys.executable, "-c", PEAK, str(BIN / "opentc-worker"), "--device", "cpu", "--compile-report-dir",
+            str(out), *cache, *options,
             str(SCRIPT), "--train_dir", str(work), "--output_dir", str(out / "model"), "--max_steps", str(steps),
             "--per_device_train_batch_size", "8", "--logging_steps", str(logging_steps), "--save_strategy", "no",
             "--report_to", "none", "--optim", "adamw_torch", "--dataloader_drop_last", "true",
