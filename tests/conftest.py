@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,34 @@ def clean_env(**extra: str) -> dict[str, str]:
 def sdk_encode(values: dict) -> dict[str, str]:
     """hyperparameters.json as the SageMaker SDK writes it: every value JSON-encoded into a string."""
     return {str(k): json.dumps(v) for k, v in values.items()}
+
+
+class SilentServer:
+    """A program that listens on 127.0.0.1, accepts every connection and never answers: an index behind a dead
+    proxy, another service holding a rendezvous port."""
+
+    def __init__(self):
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(8)
+        self.port = self.server.getsockname()[1]
+        self.connected = threading.Event()
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            self.connected.set()
+
+    def close(self):
+        for conn in self.held:
+            conn.close()
+        self.server.close()
 
 
 def free_port() -> int:

@@ -5,14 +5,12 @@ named 127.0.0.1 and localhost so that both names resolve here, as algo-1 and alg
 """
 
 import os
-import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
-from conftest import TRAIN, free_port, run_train, start_train, stop, train_env
+from conftest import TRAIN, SilentServer, free_port, run_train, start_train, stop, train_env
 
 
 def distributed_job(make_job, name="", compiler=True, **hyperparameters):
@@ -151,35 +149,11 @@ def test_a_single_xla_worker_ignores_a_stale_world(make_job):
     assert (job.compiler_output / "compile-report-rank0.json").exists()
 
 
-class SilentService:
-    """Something else listening on the rendezvous port: it accepts connections and never answers."""
-
-    def __init__(self):
-        self.server = socket.socket()
-        self.server.bind(("127.0.0.1", 0))
-        self.server.listen(8)
-        self.port = self.server.getsockname()[1]
-        self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                self.held.append(self.server.accept()[0])
-            except OSError:
-                return
-
-    def close(self):
-        for conn in self.held:
-            conn.close()
-        self.server.close()
-
-
 @pytest.mark.parametrize("current", ["127.0.0.1", "localhost"], ids=["first-host", "second-host"])
 def test_a_rendezvous_port_held_by_another_program_ends_with_exit_3_naming_it(make_job, current):
     """The first host cannot listen (the port is in use); the second connects to the other program, which never
     answers: both end, bounded by OPENTC_PEER_TIMEOUT, with exit code 3 and the host and port named."""
-    service = SilentService()
+    service = SilentServer()   # another program on the rendezvous port
     try:
         job = distributed_job(make_job, compiler=False)
         job.set_hosts(["127.0.0.1", "localhost"], current=current)

@@ -5,15 +5,24 @@ the reason on stderr; a stop is honoured at every stage; nothing is left running
 import json
 import os
 import signal
-import socket
 import subprocess
 import tarfile
-import threading
 import time
 
 import pytest
 
-from conftest import BIN, SCRIPTS, clean_env, logged_failure, pid_alive, run_train, start_train, stop, wait_for
+from conftest import (
+    BIN,
+    SCRIPTS,
+    SilentServer,
+    clean_env,
+    logged_failure,
+    pid_alive,
+    run_train,
+    start_train,
+    stop,
+    wait_for,
+)
 from opentc_launcher import exit_codes
 
 FAILURE_REASON = 1024
@@ -133,36 +142,9 @@ def test_a_full_disk_never_leaves_an_empty_failure_file_and_keeps_the_exit_code(
     assert "ValueError: batch 7 has 3 columns, expected 4" in result.output   # the log still has the reason
 
 
-class SilentIndex:
-    """A package index that accepts connections and never answers (an index behind a dead proxy)."""
-
-    def __init__(self):
-        self.server = socket.socket()
-        self.server.bind(("127.0.0.1", 0))
-        self.server.listen(8)
-        self.port = self.server.getsockname()[1]
-        self.connected = threading.Event()
-        self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-            self.connected.set()
-
-    def close(self):
-        for conn in self.held:
-            conn.close()
-        self.server.close()
-
-
 def test_a_stop_while_requirements_install_is_honoured(make_job, tmp_path):
     job = plain_job(make_job, "argv_echo.py")
-    index = SilentIndex()
+    index = SilentServer()   # a package index behind a dead proxy
     (job.root / "code" / "requirements.txt").write_text(
         f"--index-url http://127.0.0.1:{index.port}/simple\nopentc-never-published-package==1.0\n")
     log = tmp_path / "train.log"

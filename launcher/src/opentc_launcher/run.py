@@ -1,4 +1,4 @@
-"""`opentc-run`: torchrun for PyTorch/XLA.
+"""`opentc-run`: torchrun for compiled PyTorch (PyTorch/XLA or TorchInductor).
 
     opentc-run --standalone --nproc-per-node 8 train.py --epochs 3
     opentc-run --nnodes 2 --node-rank 0 --master-addr algo-1 --master-port 29500 --nproc-per-node 8 train.py
@@ -62,8 +62,8 @@ def build_parser(env=os.environ):
             # Not a string, so argparse does not convert it: a bad value reaches resolve_standard_variables.
             parser.set_defaults(**{dest: FromVariable(variable, env[variable].strip())})
     parser.prog = "opentc-run"
-    parser.description = ("Launch a training script on PyTorch/XLA, one worker per device, "
-                          "with torchrun's options.")
+    parser.description = ("Launch a training script on its compiler backend (PyTorch/XLA, TorchInductor, or "
+                          "none), one worker per device, with torchrun's options.")
     add_worker_arguments(parser)
     parser.add_argument("--failure-report", default="", metavar="FILE",
                         help="when a worker fails, write the failure (rank, exit code, error) to FILE as JSON")

@@ -30,8 +30,6 @@ from .script import run_module, run_script, why_not_a_script
 
 log = logging.getLogger("opentc_launcher")
 
-__all__ = ["Terminated", "configure_logging", "exit_code_of", "main"]
-
 _PR_SET_PDEATHSIG = 1
 
 
