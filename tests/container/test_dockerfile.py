@@ -3,6 +3,7 @@ lets only what the image needs into the context (checked by the engine itself, n
 pattern rules)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,14 @@ def test_the_build_context_holds_only_what_the_image_needs(image, tmp_path):
     assert copied.returncode == 0, copied.stdout
     files = files_under(out)
     tops = {name.split("/")[0] for name in files}
-    assert tops == {"README.md", "constraints.txt", "container", "launcher", "toolkit", "sample"}, tops
+    assert tops == {"README.md", "constraints.txt", "container", "launcher", "compare", "toolkit", "sample"}, tops
+    # Everything the Dockerfile reads from the context is in it (a folder missing here failed a build in CI).
+    text = DOCKERFILE.read_text()
+    bound = re.findall(r"--mount=type=bind,source=([^,\s]+)", text)
+    sources = [word for line in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M) for word in line.split()]
+    assert bound and sources
+    for source in bound + sources:
+        assert source in files or any(name.startswith(source.rstrip("/") + "/") for name in files), source
     assert "toolkit/pyproject.toml" in files and "sample/job/code/train.py" in files
     assert not [name for name in files if "__pycache__" in name or ".egg-info" in name]
     assert sum((out / name).stat().st_size for name in files) < 5_000_000
