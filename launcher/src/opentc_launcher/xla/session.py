@@ -129,6 +129,13 @@ class XlaSession(WorkerSession):
         if self.monitor is None:
             return None
         self.monitor.stop()
+        if exit_code == 0:
+            # Executions are counted when they run, after the sync that dispatched them: a script that ends
+            # right after its last sync still has one queued. Only on success: a failed or stopped worker must
+            # not wait on a device that may be what went wrong.
+            import torch_xla.core.xla_model as xm
+
+            xm.wait_device_ops()
         return self._build_report(exit_code) if self.options.compile_report_dir else None
 
     def peak_memory(self) -> tuple[float, str]:
