@@ -10,11 +10,16 @@ through this interface; each backend's own names live in its own module (eager, 
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, MutableMapping
-from typing import ClassVar
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import ClassVar, NoReturn
 
+from . import exit_codes
 from .compile_report import CompileReport, log_report, write_compile_report
+from .errors import record_error
 from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
 from .options import WorkerOptions
 from .runtime import WorkerIdentity
@@ -56,6 +61,7 @@ class WorkerSession:
         self.process = process   # rank<N> (or rank<N>-spawned<K>): names its report and its cache folder
         self.steps = StepCounter(self.after_step)
         self.batches = BatchWatch()
+        self._stopping = threading.Lock()
 
     def start(self) -> None:
         self.steps.install()
@@ -86,6 +92,18 @@ class WorkerSession:
             log_report(report, write_compile_report(report, self.options.compile_report_dir))
         if self.options.summary_dir:
             write_record(self.options.summary_dir, self.process, self.measurements(exit_code, report))
+
+    def stop_at_compilation_limit(self, message: str, build_report: Callable[[int], CompileReport]) -> NoReturn:
+        """Stop this worker now, with the compile report and the reason, from whichever thread saw the limit
+        passed first (a compile monitor's, or the one compiling)."""
+        if not self._stopping.acquire(blocking=False):
+            threading.Event().wait()   # the other thread is writing the report and ends the process
+        log.error("%s: %s", self.process, message)
+        self.write_results(exit_codes.COMPILATION_LIMIT, build_report(exit_codes.COMPILATION_LIMIT))
+        record_error(message, "", exit_codes.COMPILATION_LIMIT)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_codes.COMPILATION_LIMIT)   # the main thread may be inside a compilation: do not wait
 
     def measurements(self, exit_code: int, report: CompileReport | None) -> dict:
         steps = self.steps

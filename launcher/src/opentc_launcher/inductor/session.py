@@ -17,8 +17,6 @@ import importlib.metadata as metadata
 import logging
 import os
 import re
-import sys
-import threading
 import time
 from collections.abc import MutableMapping
 from typing import Any
@@ -35,7 +33,6 @@ from ..compile_report import (
     limit_message,
     recompilation_warning,
 )
-from ..errors import record_error
 from ..options import WorkerOptions
 from ..runtime import WorkerIdentity, per_rank_files
 from .libcuda import driver_folders, linkable_libcuda
@@ -139,7 +136,6 @@ class InductorSession(WorkerSession):
         self.graph_breaks = GraphBreaks()
         self._compiling_since: float | None = None
         self._next_warning = RECOMPILATION_WARNING
-        self._stopping = threading.Lock()
 
     @classmethod
     def prepare(cls, options: WorkerOptions, identity: WorkerIdentity,
@@ -215,16 +211,9 @@ class InductorSession(WorkerSession):
         return counts.get("stats", {}).get("unique_graphs", 0)
 
     def _compilation_limit_reached(self, captured: int) -> None:
-        """Stop this worker now, inside the compilation that passed the limit, with a report and the reason."""
-        if not self._stopping.acquire(blocking=False):
-            threading.Event().wait()
+        """Inside the compilation that passed the limit."""
         message = limit_message(captured, self.options.max_compilations, "captured by torch.compile (Dynamo)")
-        log.error("%s: %s", self.process, message)
-        self.write_results(exit_codes.COMPILATION_LIMIT, self._build_report(exit_codes.COMPILATION_LIMIT))
-        record_error(message, "", exit_codes.COMPILATION_LIMIT)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_codes.COMPILATION_LIMIT)
+        self.stop_at_compilation_limit(message, self._build_report)
 
     # -- after it ---------------------------------------------------------------------------------------------
     def compile_report(self, exit_code: int) -> CompileReport | None:

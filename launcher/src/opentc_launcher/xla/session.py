@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
-import threading
 from collections.abc import Callable, MutableMapping
 
-from .. import exit_codes
 from ..backend import WorkerSession
 from ..compile_report import CompileReport, limit_message
-from ..errors import record_error
 from ..options import WorkerOptions
 from ..replace import replace_once
 from ..runtime import WorkerIdentity
@@ -33,7 +29,6 @@ class XlaSession(WorkerSession):
         self.cache: dict = {"dir": "", "mode": "off"}
         self.monitor: CompileMonitor | None = None
         self.activity = StepActivity()
-        self._stopping = threading.Lock()
 
     @property
     def device(self) -> str:
@@ -114,16 +109,8 @@ class XlaSession(WorkerSession):
                             self.monitor.timeline, self.cache, self.steps, self.activity)
 
     def _compilation_limit_reached(self, compiles: int) -> None:
-        """Stop this worker now, with a report and a clear reason (from the monitor thread or after a sync)."""
-        if not self._stopping.acquire(blocking=False):
-            threading.Event().wait()   # the other thread is writing the report and ends the process
-        message = limit_message(compiles, self.options.max_compilations)
-        log.error("%s: %s", self.process, message)
-        self.write_results(exit_codes.COMPILATION_LIMIT, self._build_report(exit_codes.COMPILATION_LIMIT))
-        record_error(message, "", exit_codes.COMPILATION_LIMIT)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_codes.COMPILATION_LIMIT)   # the main thread may be inside a compilation: do not wait
+        """The compile monitor saw the limit passed (from its thread, or after a sync)."""
+        self.stop_at_compilation_limit(limit_message(compiles, self.options.max_compilations), self._build_report)
 
     def compile_report(self, exit_code: int) -> CompileReport | None:
         if self.monitor is None:
