@@ -14,6 +14,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .files import write_atomically
+
 log = logging.getLogger("opentc_launcher")
 
 # New graphs after warm-up are worth a warning when they keep appearing: seen at this many different
@@ -140,11 +142,7 @@ def write_compile_report(report: CompileReport, folder: str) -> str | None:
         return None
     path = os.path.join(folder, f"compile-report-{report.process}.json")
     try:
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(report.to_json())
-        os.replace(tmp, path)
+        write_atomically(path, report.to_json())
         return path
     except OSError as e:
         log.warning("%s: could not write the compile report to %s: %s", report.process, path, e)

@@ -26,6 +26,7 @@ from array import array
 from typing import Any
 
 from .after_import import when_imported
+from .files import write_atomically
 from .replace import replace_once
 from .steps import StepCounter
 
@@ -144,10 +145,6 @@ def write_record(folder: str, process: str, record: dict[str, Any]) -> None:
         return
     path = os.path.join(folder, f"worker-{process}.json")
     try:
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(record))
     except OSError as e:
         log.warning("%s: could not write its measurements to %s: %s", process, path, e)

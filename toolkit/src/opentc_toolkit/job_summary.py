@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentc_compare.summary import FILE_NAME, FORMAT, headline
+from opentc_launcher.files import write_atomically
 
 from .compiler import CompilerSettings
 from .job import JobPaths, TrainingJob
@@ -116,12 +117,8 @@ def write_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> d
     """output/data/job-summary.json and its headline in the log. Never raises."""
     try:
         summary = build_summary(paths, recorder, outcome)
-        os.makedirs(paths.output_data, exist_ok=True)
         path = os.path.join(paths.output_data, FILE_NAME)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(summary, indent=2))
     except Exception as e:  # noqa: BLE001  (the summary is never a reason for a job to fail)
         log.warning("job summary not written: %s: %s", type(e).__name__, e)
         return None
