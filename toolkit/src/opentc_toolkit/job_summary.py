@@ -92,7 +92,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> d
         "job_name": os.environ.get("TRAINING_JOB_NAME") or (job.job_name if job else None)
                     or os.path.basename(os.path.normpath(paths.base)),
         "outcome": {"exit_code": outcome.exit_code, "succeeded": outcome.succeeded,
-                    "stopped": outcome.message.startswith("Training stopped"),
+                    "stopped": outcome.stopped,
                     "headline": outcome.message.split("\n", 1)[0] or None},
         "backend": settings.backend_name if settings else None,
         "device": plan.options.device if plan else None,

@@ -26,6 +26,7 @@ SUMMARY_CHARS = 600
 class Outcome:
     exit_code: int
     message: str = ""   # empty on success
+    stopped: bool = False   # a stop ended it (outcome.stopped), not a failure of its own
 
     @property
     def succeeded(self) -> bool:
@@ -90,7 +91,7 @@ def stopped(result: ProcessResult, processes: str = "the workers", during: str =
            else f"{processes} {were} killed with SIGKILL")
     return Outcome(exit_codes.of_signal(result.stopped_by), failure_message(
         f"Training stopped: {name} received{' ' + during if during else ''} ({cause}); {processes} {were} given "
-        f"{result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary))
+        f"{result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary), stopped=True)
 
 
 # -- where the failed worker's own account is -------------------------------------------------------------
