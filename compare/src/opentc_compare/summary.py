@@ -21,8 +21,6 @@ module is the one place its format and its one-line headline are defined.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Sequence
 from typing import Any
 
 FORMAT = "opentc-job-summary/1"
@@ -42,14 +40,6 @@ def load(text: str, where: str) -> dict[str, Any]:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise NotASummary(f"{where} is not a job summary of format {FORMAT} (its format: {found!r})")
     return data
-
-
-def percentile(values: Sequence[float], share: float) -> float | None:
-    """The value below which `share` of `values` lie (nearest rank); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
 def _number(value: float | None, unit: str, digits: int = 1) -> str:
