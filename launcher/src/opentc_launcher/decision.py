@@ -14,10 +14,9 @@ from dataclasses import replace
 
 from .backend import LaunchRefused
 from .backends import backend_named
-from .gpus import visible_gpu_count
 from .options import WorkerOptions
 
-__all__ = ["LaunchRefused", "decide", "unsynchronized_warning", "visible_gpu_count"]
+__all__ = ["LaunchRefused", "decide", "unsynchronized_warning"]   # LaunchRefused: what decide raises
 
 
 def unsynchronized_warning(options: WorkerOptions, world_size: int) -> str | None:

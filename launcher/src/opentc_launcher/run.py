@@ -22,9 +22,10 @@ from typing import NoReturn
 
 from . import exit_codes
 from .commands import worker_command
-from .decision import LaunchRefused, decide, unsynchronized_warning, visible_gpu_count
+from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import MAX_PORT
 from .errors import LAUNCH, FailureRecord, read_error_file, tail
+from .gpus import visible_gpu_count
 from .launch_checks import (
     WATCHDOG_MARGIN,
     RendezvousWatchdog,
