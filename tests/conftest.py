@@ -143,6 +143,9 @@ class Job:
     def read_json(self, relative: str):
         return json.loads((self.root / relative).read_text())
 
+    def compile_report(self, rank: int = 0):
+        return json.loads((self.compiler_output / f"compile-report-rank{rank}.json").read_text())
+
 
 @dataclass
 class TrainResult:

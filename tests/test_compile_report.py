@@ -94,7 +94,7 @@ def test_compilation_limit_stops_the_job_with_a_clear_failure(make_job):
     assert result.returncode == 4
     assert "compilation limit reached: 5 graphs compiled, more than the 4 allowed" in job.failure
     assert "sagemaker_training_compiler_max_compilations" in job.failure
-    report = json.loads((job.compiler_output / "compile-report-rank0.json").read_text())
+    report = job.compile_report()
     assert report["exit_code"] == 4 and report["graphs_compiled"] == 5
 
 
@@ -105,14 +105,10 @@ def cache_job(make_job):
     return job
 
 
-def report_of(job):
-    return json.loads((job.compiler_output / "compile-report-rank0.json").read_text())
-
-
 def test_second_identical_job_compiles_nothing(make_job):
     first = cache_job(make_job)
     assert run_train(first).returncode == 0
-    cold = report_of(first)
+    cold = first.compile_report()
     assert cold["graphs_compiled"] >= 1 and cold["persistent_cache"]["hits"] == 0
     cache = first.checkpoints / "compile-cache"
     assert cold["persistent_cache"]["dir"].startswith(str(cache))
@@ -121,7 +117,7 @@ def test_second_identical_job_compiles_nothing(make_job):
     shutil.copytree(cache, second.checkpoints / "compile-cache")
     result = run_train(second)
     assert result.returncode == 0, result.output[-3000:]
-    warm = report_of(second)
+    warm = second.compile_report()
     assert warm["graphs_compiled"] == 0
     assert warm["persistent_cache"]["hits"] == cold["graphs_compiled"]
     assert f"{cold['graphs_compiled']} loaded from the persistent cache" in result.output
@@ -131,7 +127,7 @@ def test_cache_can_be_turned_off(make_job):
     job = cache_job(make_job)
     job.set_hyperparameters(sagemaker_training_compiler_cache=False)
     assert run_train(job).returncode == 0
-    assert report_of(job)["persistent_cache"]["dir"] == ""
+    assert job.compile_report()["persistent_cache"]["dir"] == ""
     assert not job.checkpoints.exists()
 
 

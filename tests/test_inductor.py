@@ -36,10 +36,6 @@ def inductor_job(make_job, script, cache=None, compiler=True, **hyperparameters)
     return job
 
 
-def report_of(job, rank=0):
-    return job.read_json(f"output/data/compiler/compile-report-rank{rank}.json")
-
-
 def assert_same_losses(eager, compiled):
     assert len(eager) == len(compiled) >= 2, (eager, compiled)
     for e, c in zip(eager, compiled, strict=True):
@@ -63,7 +59,7 @@ def test_a_plain_script_compiles_what_it_passes_to_torch_compile(make_job, share
     assert metrics["torch_xla_imported"] is False and metrics["device"] == "cpu"
     assert_same_losses([p["loss"] for p in eager.read_json("output/data/metrics.json")["losses"]],
                        [p["loss"] for p in metrics["losses"]])
-    report = report_of(job)
+    report = job.compile_report()
     assert report["backend"] == "inductor" and report["device"] == "cpu" and report["optimizer_steps"] == 12
     assert report["graphs_captured"] >= 1 and report["compilations"] >= 1 and report["compile_seconds_total"] > 0
     assert "rank0: compile report: " in result.output
@@ -73,7 +69,7 @@ def test_a_script_that_never_compiles_is_told_so_with_the_fix(make_job):
     job = inductor_job(make_job, "compile/inductor_loop.py", compile="no")
     result = run_train(job)
     assert result.returncode == 0, result.output[-5000:]
-    report = report_of(job)
+    report = job.compile_report()
     assert report["compilations"] == 0 and report["graphs_captured"] == 0
     assert [f["problem"].split(":")[0] for f in report["findings"]] == ["nothing was compiled in this process"]
     assert "model = torch.compile(model)" in report["findings"][0]["fix"]
@@ -99,7 +95,7 @@ def test_the_trainer_compiles_with_no_script_change(make_job, shared_cache):
     assert metrics["torch_xla_imported"] is False and metrics["device"] == "cpu", metrics
     assert_same_losses(eager.read_json("output/data/trainer_metrics.json")["losses"], metrics["losses"])
     assert (job.model / "model.safetensors").exists()
-    report = report_of(job)
+    report = job.compile_report()
     assert report["graphs_captured"] >= 1 and report["compilations"] >= 1, report
     assert report["optimizer_steps"] == 8
 
@@ -116,7 +112,7 @@ def test_an_accelerate_loop_compiles_with_no_script_change(make_job, shared_cach
     assert eager.read_json("output/data/accelerate_metrics.json")["compiled"] is False
     assert_same_losses(eager.read_json("output/data/accelerate_metrics.json")["losses"], metrics["losses"])
     assert metrics["reloaded_equal"] is True
-    report = report_of(job)
+    report = job.compile_report()
     assert report["graphs_captured"] >= 1 and report["optimizer_steps"] == 8, report
 
 
@@ -127,7 +123,7 @@ def test_a_second_identical_job_compiles_nothing_new(make_job, tmp_path):
         job = inductor_job(make_job, "compile/inductor_loop.py", cache=cache)
         result = run_train(job)
         assert result.returncode == 0, result.output[-5000:]
-        reports.append(report_of(job))
+        reports.append(job.compile_report())
     cold, warm = reports
     assert cold["graphs_compiled"] >= 2 and cold["persistent_cache"]["misses"] >= 2, cold   # forward and backward
     assert cold["persistent_cache"]["dir"].startswith(str(cache / "inductor-torch-"))
@@ -145,7 +141,7 @@ def test_the_compilation_limit_stops_the_worker_with_exit_4(make_job, shared_cac
     assert result.returncode == exit_codes.COMPILATION_LIMIT, result.output[-5000:]
     assert job.failure.splitlines()[1].startswith(
         "compilation limit reached: 3 graphs captured by torch.compile (Dynamo), more than the 2 allowed"), job.failure
-    report = report_of(job)
+    report = job.compile_report()
     assert report["exit_code"] == exit_codes.COMPILATION_LIMIT and report["graphs_captured"] == 3, report
     assert not (job.output / "data" / "loop_metrics.json").exists()     # stopped before the script's end
     summary = job.read_json("output/data/job-summary.json")              # the worker's record, written as it stopped
@@ -157,7 +153,7 @@ def test_a_graph_break_is_reported_with_its_source_line(make_job, shared_cache):
     result = run_train(job)
     assert result.returncode == 0, result.output[-5000:]
     line = next(i for i, text in enumerate(LOOP.read_text().splitlines(), 1) if "GRAPH BREAK" in text)
-    report = report_of(job)
+    report = job.compile_report()
     assert report["graph_breaks_total"] >= 1, report
     where = [b["where"] for b in report["graph_breaks"]]
     assert f"{job.root / 'code' / 'compile' / 'inductor_loop.py'}:{line}" in where, report["graph_breaks"]
@@ -198,7 +194,7 @@ def test_two_cpu_workers_train_with_ddp_and_compile_over_gloo(make_job, shared_c
     assert all(r["world"] == 2 and r["replicas_equal"] and not r["torch_xla_imported"] for r in records), records
     assert records[0]["weights_sum"] == records[1]["weights_sum"]
     for rank in range(2):
-        report = report_of(job, rank)
+        report = job.compile_report(rank)
         assert report["world_size"] == 2 and report["graphs_captured"] >= 1, report
         assert report["graph_breaks_total"] == 0, report
 
@@ -211,7 +207,7 @@ def test_compiling_the_ddp_wrapper_is_named_with_the_order_that_compiles(make_jo
     result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
     assert result.returncode == 0, result.output[-5000:]
     assert all(job.read_json(f"model/ddp-rank{rank}.json")["replicas_equal"] for rank in range(2))
-    report = report_of(job)
+    report = job.compile_report()
     problems = [f["problem"] for f in report["findings"]]
     assert problems[0].startswith("nothing was compiled in this process"), problems
     assert any("nn/parallel/distributed.py" in p for p in problems), problems
