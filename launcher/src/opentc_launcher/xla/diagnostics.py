@@ -56,13 +56,22 @@ def graphs_compiled() -> int:
     return _counter("UncachedCompile")
 
 
+def graphs_dispatched() -> int:
+    """Graphs handed to the device to run (a sync with work pending, a tensor read back), counted by torch-xla as it
+    builds each one, in the thread that asked: the count is final when the call returns. (ExecuteComputation counts
+    the same graphs later, when the device gets to them, which a busy machine delays past the next step.)"""
+    data = _metric("TensorsGraphSize")
+    return int(data[0]) if data else 0
+
+
 def _host_reads() -> int:
     return sum(_counter(op) for op in HOST_READ_OPS)
 
 
 class StepActivity:
-    """What happened on the device between two optimizer steps: how many graphs ran, and whether a tensor was
-    read back to the host. Fed by the shared StepCounter after each step."""
+    """What the script asked of the device between two optimizer steps: how many graphs it dispatched, and whether a
+    tensor was read back to the host. Fed by the shared StepCounter after each step, from counts that are final
+    when the step ends, so the attribution does not depend on how far the device has got."""
 
     def __init__(self):
         self.steps_with_host_reads = 0
@@ -70,7 +79,7 @@ class StepActivity:
         self._last: tuple[int, int] | None = None
 
     def after_step(self) -> None:
-        now = (_counter("ExecuteComputation"), _host_reads())
+        now = (graphs_dispatched(), _host_reads())
         # From the second step on: the first one also carries the set-up before it.
         if self._last is not None:
             self.executions_per_step[now[0] - self._last[0]] += 1
