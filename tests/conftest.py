@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -70,6 +71,23 @@ class SilentServer:
         for conn in self.held:
             conn.close()
         self.server.close()
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """`folder` behind a read-only bind mount of itself, as a volume mounted read-only is (root ignores file modes,
+    not a read-only mount). Needs root, as CI has."""
+    if os.getuid() != 0:
+        pytest.skip("a read-only bind mount needs root (dev/test runs as root in CI)")
+    for argv in (["mount", "--bind", str(folder), str(folder)], ["mount", "-o", "remount,bind,ro", str(folder)]):
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0:
+            subprocess.run(["umount", str(folder)], stderr=subprocess.DEVNULL)
+            pytest.fail(f"{' '.join(argv)} failed (needed for this test): {done.stdout.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
 
 
 def free_port() -> int:

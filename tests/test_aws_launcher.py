@@ -11,6 +11,7 @@ import pytest
 
 from conftest import SCRIPTS, logged_failure, run_train
 from opentc_launcher import exit_codes
+from opentc_launcher.errors import shown
 from opentc_toolkit.aws_launcher import adapt_aws_launcher, convert_arguments
 from opentc_toolkit.compiler import CompilerSettings
 from opentc_toolkit.errors import JobConfigError
@@ -81,14 +82,15 @@ def test_num_gpus_is_the_number_of_workers_per_host(tmp_path):
     assert plan_world(adapted.job, adapted.settings, LaunchSettings(workers_per_host=3))[0].workers_per_host == 3
 
 
-@pytest.mark.parametrize("gpus,value", [(8, "0"), (8, "9"), (8, "two"), (8, "2.0"), (8, ""), (0, "0"), (0, "-1")])
+@pytest.mark.parametrize("gpus,value", [(8, "0"), (8, "9"), (8, "two"), (8, "2.0"), (8, ""), (0, "0"), (0, "-1"),
+                                        (8, "²"), (0, "7" * 5000)])
 def test_bad_num_gpus_is_refused_naming_it(tmp_path, gpus, value):
     code = code_folder(tmp_path)
     job = job_for(code, ["--num_gpus", value, "--training_script", TRAIN_SCRIPT], gpus=gpus)
     with pytest.raises(JobConfigError) as e:
         adapt_aws_launcher(job, CompilerSettings(enabled=True), str(code))
     message = str(e.value)
-    assert message.startswith(f"hyperparameter num_gpus has the value {value!r}, which is not accepted"), message
+    assert message.startswith(f"hyperparameter num_gpus has the value {shown(value)}, which is not accepted"), message
     assert ("from 1 to 8 (the GPUs on this host)" if gpus else "a whole number >= 1") in message
 
 

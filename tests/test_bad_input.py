@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import BIN, TRAINING_MODULE, logged_failure, run_train
+from conftest import BIN, TRAINING_MODULE, logged_failure, read_only, run_train
 from opentc_launcher import exit_codes
 
 
@@ -101,6 +101,42 @@ def test_a_hyperparameter_the_os_cannot_carry_is_named(make_job, key, value, exp
 def test_a_non_finite_or_negative_opentc_variable_is_named(make_job, name, value):
     job = bad_job(make_job)
     assert_refused(job, run_train(job, **{name: value}), f"environment variable {name}={value!r} is not accepted")
+
+
+@pytest.mark.parametrize("value", ["²", "7" * 5000, "٣", "-1", "1.5", "1e3"],
+                         ids=["superscript", "5000-digits", "arabic-indic", "negative", "fraction", "exponent"])
+def test_a_number_hyperparameter_that_is_not_a_plain_whole_number_is_named(make_job, value):
+    job = bad_job(make_job, compiler=True)
+    job.set_hyperparameters(sagemaker_training_compiler_max_compilations=value)
+    assert_refused(job, run_train(job), "hyperparameter sagemaker_training_compiler_max_compilations has the value",
+                   "use a whole number >= 0 in digits 0-9")
+
+
+@pytest.mark.parametrize("value", ["²", "7" * 5000])
+def test_a_workers_per_host_variable_that_is_no_number_is_named(make_job, value):
+    job = bad_job(make_job)
+    assert_refused(job, run_train(job, OPENTC_WORKERS_PER_HOST=value),
+                   "environment variable OPENTC_WORKERS_PER_HOST=", "is not accepted: use a whole number")
+
+
+@pytest.mark.parametrize("compiler", [True, False], ids=["compiler on", "compiler off"])
+def test_an_output_data_folder_that_cannot_be_written_is_named(make_job, compiler):
+    job = bad_job(make_job, compiler=compiler)
+    data = job.output / "data"
+    data.mkdir(parents=True)
+    with read_only(data):
+        result = run_train(job)
+    assert_refused(job, result, f"the job folder cannot hold its output: nothing can be written in {data}",
+                   "output/data must be a writable folder")
+
+
+def test_more_workers_than_any_host_can_run_is_refused_before_anything_starts(make_job):
+    job = bad_job(make_job)
+    job.set_hyperparameters(sagemaker_pytorch_xla_multi_worker_enabled=True)
+    result = run_train(job, timeout=120, OPENTC_WORKERS_PER_HOST="100000")
+    assert_refused(job, result, "OPENTC_WORKERS_PER_HOST asks for 100000 workers on this host, more than any host can "
+                                "run", "Use one worker per GPU, or on CPUs one per core")
+    assert result.seconds < 60
 
 
 def test_a_requirement_that_would_move_torch_is_refused_naming_the_pin(make_job):

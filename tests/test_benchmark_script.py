@@ -34,3 +34,12 @@ def test_committed_trainer_results_render_as_the_results_file_shows():
     table = trainer_benchmark.render(results)
     assert table == results["table"]
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_committed_job_results_render_as_the_results_file_shows():
+    import job_benchmark
+
+    results = json.loads((REPO / "benchmarks" / "results" / "jobs-cache.json").read_text())
+    table = job_benchmark.render(results)
+    assert table == results["table"]
+    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()

@@ -136,7 +136,14 @@ def test_missing_script_is_named(tmp_path):
      "--master-port 0 is not accepted: use a TCP port from 1 to 65535"),
     (["--nnodes", "2", "--node-rank", "2", "--nproc-per-node", "1"], {},
      "--node-rank (or NODE_RANK) 2 is not accepted: use 0 to 1 for --nnodes 2"),
-], ids=["nproc-0", "master-port-variable", "master-port-option", "node-rank"])
+    (["--standalone", "--nproc-per-node", "²"], {}, "--nproc-per-node '²' is not accepted: use a whole number >= 1"),
+    (["--nnodes", "1:²", "--nproc-per-node", "1"], {}, "--nnodes '1:²' is not accepted"),
+    (["--nnodes", "2", "--nproc-per-node", "1"], {"NODE_RANK": "²"}, "NODE_RANK='²' is not accepted"),
+    (["--nnodes", "2", "--nproc-per-node", "1"], {"NODE_RANK": "1" * 5000}, "is not accepted: use a whole number >= 0"),
+    (["--standalone", "--nproc-per-node", "100000"], {}, "--nproc-per-node 100000 asks for 100000 workers on this "
+                                                         "host, more than any host can run"),
+], ids=["nproc-0", "master-port-variable", "master-port-option", "node-rank", "nproc-superscript",
+        "nnodes-superscript", "node-rank-variable-superscript", "node-rank-variable-5000-digits", "nproc-100000"])
 def test_a_bad_launch_value_is_exit_2_naming_it_not_a_rendezvous_failure(tmp_path, options, env, expected):
     result = run([BIN / "opentc-run", *options, "--backend", "eager", "--failure-report", tmp_path / "failure.json",
                   SCRIPTS / "report_env.py"], tmp_path, timeout=60, **env)

@@ -1,6 +1,7 @@
 """Stopping a job: SIGTERM to `train` reaches every worker, which get a grace period before SIGKILL;
 one worker dying stops the others; nothing is left running and nothing the script wrote is lost."""
 
+import json
 import signal
 import time
 
@@ -119,3 +120,28 @@ def test_one_worker_of_two_crashing_stops_the_other(make_job, tmp_path):
                              "host algo-1.")
     assert "RuntimeError: rank 1 hit a NaN loss" in reason
     assert (job.model / "finally-rank0").exists()        # rank 0 was stopped with SIGTERM, not SIGKILL
+
+
+def test_a_stop_that_lands_in_a_weakref_callback_still_stops_the_script(make_job, tmp_path):
+    """Python drops an exception raised inside a weakref callback ("Exception ignored in ..."); a stop that lands
+    there (inside Dynamo's guard dictionaries, say) must still end the script, through its `finally`."""
+    job = make_job()
+    job.use_script("stop_in_callback.py")
+    job.drop_script_hyperparameters()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    log = tmp_path / "train.log"
+    proc = start_train(job, log, OPENTC_TERMINATION_GRACE="60")
+    try:
+        wait_for(lambda: (job.model / "ready").exists(), 120, "the callback", proc, log)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=90)
+        seconds = time.monotonic() - sent
+    finally:
+        stop(proc)
+    output = log.read_text()
+    ended = json.loads((job.model / "ended.json").read_text())
+    assert ended == {"exception": "Terminated", "trained_to_the_end": False}, output[-3000:]
+    assert code == 143 and seconds < 30, output[-3000:]          # stopped by the stop, not killed after the grace
+    assert "SIGTERM landed where Python cannot raise it" in output and "Exception ignored" not in output
+    assert job.failure.startswith("Training stopped: SIGTERM received")

@@ -83,15 +83,18 @@ def test_train_with_no_job_mounted_fails_and_says_why(image, containers):
 
 
 def test_a_read_only_output_folder_still_fails_loudly(image, make_job, containers):
+    """output/ mounted read-only: the job is refused before the script (nothing it measured could be kept), and
+    the verdict that cannot be written is told on stderr, with the exit code."""
     job = make_job()
     job.use_script("crash.py")
     job.drop_script_hyperparameters()
     job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
     (job.output / "data").mkdir(parents=True)
     result = run_job(image, containers(), job, "-v", f"{job.output}:/opt/ml/output:ro")
-    assert result.returncode == 1, result.output[-3000:]
+    assert result.returncode == 2, result.output[-3000:]
     assert "could not write /opt/ml/output/failure" in result.output and "Read-only file system" in result.output
-    assert "ValueError: batch 7 has 3 columns, expected 4" in result.output
+    assert "nothing can be written in /opt/ml/output/data" in result.output
+    assert "ValueError: batch 7" not in result.output            # the script never ran
     assert not (job.output / "failure").exists()
 
 

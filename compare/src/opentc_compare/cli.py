@@ -4,8 +4,21 @@
     opentc-compare s3://bucket/jobs/gpt2-eager/output/output.tar.gz s3://bucket/jobs/gpt2-inductor/output/output.tar.gz
 
 Each JOB is a job folder (its output/data/job-summary.json), an output folder, an output.tar.gz (what SageMaker
-keeps in S3), or an s3:// URI of one. The first job is the reference for the ratios. Exit code 2 when a job
-cannot be read, naming it.
+keeps in S3), or an s3:// URI of one. The first job is the reference for the ratios. Every input is treated as
+someone else's file: a summary is read only up to 16 MiB, must be UTF-8 JSON of format opentc-job-summary/1, and
+each field it has must hold the type the format gives it (fields this version does not know are ignored).
+
+--plot FILE draws the comparison into FILE, in the format its extension names (any matplotlib writes without a
+screen: .png, .pdf, .svg, ...); a name without an extension gets .png. The file's folder and extension are checked
+before any job is read.
+
+s3:// URIs are read with boto3 (AWS_ENDPOINT_URL, AWS_DEFAULT_REGION and the credentials as the AWS CLI reads them).
+OPENTC_COMPARE_S3_TIMEOUT: seconds to wait for S3 to connect and for each answer, per attempt, of 2 (default 5,
+at most 3600): an endpoint that does not answer fails in seconds, not minutes.
+
+Exit codes: 0 the table (and the plot) written; 2 bad input, named with what is accepted: a job that cannot be
+read or is not a valid summary, a --plot file that cannot be written, a bad OPENTC_COMPARE_S3_TIMEOUT; 1 the plot
+could not be drawn or saved (the table was printed). Errors are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,28 +26,46 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .inputs import InputError, read_job
+from .inputs import S3_ATTEMPTS, S3_TIMEOUT_SECONDS, S3_TIMEOUT_VARIABLE, InputError, read_job
+from .plot import BadPlotPath, draw, target
 from .table import render
+
+EPILOG = (f"{S3_TIMEOUT_VARIABLE}: seconds s3:// reads wait to connect and for each answer, per attempt, of "
+          f"{S3_ATTEMPTS} (default {S3_TIMEOUT_SECONDS:g}). Exit codes: 0 done; 2 bad input (a job, --plot, "
+          f"{S3_TIMEOUT_VARIABLE}), named; 1 the plot could not be drawn.")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="opentc-compare", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    parser = argparse.ArgumentParser(prog="opentc-compare", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                                     epilog=EPILOG)
     parser.add_argument("jobs", nargs="+", metavar="JOB",
                         help="job folder, output folder, output.tar.gz, or s3:// URI of an output.tar.gz")
-    parser.add_argument("--plot", metavar="FILE.png", help="also draw the comparison into this PNG file")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="also draw the comparison into this file (.png, .pdf, .svg, ...; no extension: .png)")
     args = parser.parse_args(argv)
     try:
+        # The plot's file first: a bad one fails at once, not after the table.
+        plot = target(args.plot) if args.plot is not None else None
         jobs = [read_job(argument) for argument in args.jobs]
-    except InputError as e:
-        print(f"opentc-compare: {e}", file=sys.stderr)
+    except (InputError, BadPlotPath) as e:
+        print(f"opentc-compare: {_one_line(e)}", file=sys.stderr)
         return 2
     print(render(jobs))
-    if args.plot:
-        from .plot import draw
-
-        draw(jobs, args.plot)
-        print(f"\nwrote {args.plot}", file=sys.stderr)
+    if plot:
+        try:
+            draw(jobs, plot)
+        except Exception as e:  # noqa: BLE001  (the table is out; a failed plot is one line, not a traceback)
+            print(f"opentc-compare: --plot {plot} could not be drawn: {type(e).__name__}: {_one_line(e)}",
+                  file=sys.stderr)
+            return 1
+        added = f" (--plot {args.plot} has no extension: PNG)" if plot != args.plot else ""
+        print(f"\nwrote {plot}{added}", file=sys.stderr)
     return 0
+
+
+def _one_line(error: Exception) -> str:
+    """An error as one line: messages quote others' text (tarfile's, botocore's), which can hold line breaks."""
+    return " ".join(str(error).split())
 
 
 if __name__ == "__main__":

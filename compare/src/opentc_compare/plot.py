@@ -3,6 +3,7 @@ each job labelled by its backend and name (what AWS's notebook drew by hand)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from .inputs import Job
@@ -11,6 +12,36 @@ from .table import unique_labels
 SIZE_INCHES = (12, 8)
 DPI = 100          # 1200 x 800 pixels
 COLOURS = {"eager": "#7f7f7f", "xla": "#1f77b4", "inductor": "#d62728"}
+DEFAULT_EXTENSION = "png"
+
+
+class BadPlotPath(ValueError):
+    """A --plot file that cannot be written; the message names it and what is accepted."""
+
+
+def target(path: str) -> str:
+    """The file --plot will write, checked before any job is read: `path`, or `path`.png when it has no extension
+    (matplotlib would add that itself, and the command must say which file it wrote)."""
+    if not path.strip():
+        raise BadPlotPath("--plot needs a file name, such as compare.png.")
+    if os.path.isdir(path):
+        raise BadPlotPath(f"--plot {path} is a folder: pass a file name, such as {os.path.join(path, 'compare.png')}.")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise BadPlotPath(f"--plot {path}: the folder {folder} does not exist: create it, or pass a file in an "
+                          f"existing folder.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadPlotPath(f"--plot {path}: the folder {folder} is not writable: pass a file in a folder you can write.")
+    extension = os.path.splitext(path)[1][1:].lower()
+    if not extension:
+        return f"{path.rstrip('.')}.{DEFAULT_EXTENSION}"
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    supported = FigureCanvasAgg.get_supported_filetypes()   # what savefig can write without a screen
+    if extension not in supported:
+        raise BadPlotPath(f"--plot {path}: matplotlib cannot write .{extension} files; name the file with one of: "
+                          f"{', '.join('.' + e for e in sorted(supported))} (.png by default).")
+    return path
 
 
 def draw(jobs: Sequence[Job], path: str) -> None:
@@ -19,7 +50,7 @@ def draw(jobs: Sequence[Job], path: str) -> None:
     matplotlib.use("Agg")   # no screen needed
     import matplotlib.pyplot as plt
 
-    labels = unique_labels(jobs)
+    labels = [label.replace("$", r"\$") for label in unique_labels(jobs)]   # a $ would start TeX math
     colours = [COLOURS.get(str(job.summary.get("backend")), "#2ca02c") for job in jobs]
     summaries = [job.summary for job in jobs]
     fig, axes = plt.subplots(2, 2, figsize=SIZE_INCHES, dpi=DPI)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,7 +26,13 @@ def _fmt(value: Any, digits: int = 1, scale: float = 1.0) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = value * scale
         return f"{number:,.{digits}f}" if digits else f"{number:,.0f}"
-    return str(value)
+    return _cell(str(value))
+
+
+def _cell(text: str) -> str:
+    """Text from a summary as a table cell: control characters (a terminal's escape sequences, line breaks) as JSON
+    escapes, and | escaped so that it cannot split the row."""
+    return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in text).replace("|", "\\|")
 
 
 def _ratio(first: float | None, this: float | None, faster_when_lower: bool) -> str:
@@ -79,7 +86,7 @@ def unique_labels(jobs: Sequence[Job]) -> list[str]:
 def render(jobs: Sequence[Job]) -> str:
     """A markdown table: a row per figure, a column per job; ratio rows compare each job with the first."""
     labels = unique_labels(jobs)
-    lines = ["| | " + " | ".join(labels) + " |", "|---|" + "---|" * len(jobs)]
+    lines = ["| | " + " | ".join(map(_cell, labels)) + " |", "|---|" + "---|" * len(jobs)]
     first = jobs[0].summary
     for name, get, digits, scale, ratio in ROWS:
         values = [get(job.summary) for job in jobs]

@@ -15,6 +15,7 @@ import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import ClassVar, NoReturn
 
 from . import exit_codes
@@ -22,6 +23,7 @@ from .compile_report import CompileReport, log_report, write_compile_report
 from .errors import record_error
 from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
 from .options import WorkerOptions
+from .published_cache import WorkingCopy
 from .runtime import WorkerIdentity
 from .steps import StepCounter
 
@@ -48,6 +50,22 @@ def no_gpu_message(asked: str, what: str) -> str:
     return (f"no GPU visible: {asked} asks for {what}, but this machine (or container) shows no GPU (nvidia-smi "
             f"and NVML find none). Run on a GPU instance type, or locally with `docker run --gpus all` and the "
             f"NVIDIA container toolkit; or let the device be chosen (auto) to train on the CPU.")
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A command to run after the workers ended (a report rendered from their files): what it makes, and where."""
+
+    argv: tuple[str, ...]
+    what: str          # for the log: "tlparse's report of rank0's torch.compile trace"
+    product: str       # the file it writes when it succeeds
+
+    def outcome(self, exit_code: int, stderr: str) -> str | None:
+        """None when it made its product, else what went wrong, in words."""
+        if exit_code == 0 and os.path.isfile(self.product):
+            return None
+        said = stderr.strip()[-500:]
+        return f"exit code {exit_code}{': ' + said if said else ''}"
 
 
 class WorkerSession:
@@ -149,9 +167,15 @@ class CompilerBackend(ABC):
         """Variables every worker's environment needs for this backend (a launcher keeps any the user set)."""
         return {}
 
-    def after_launch(self, *, debug: bool, debug_dir: str) -> None:  # noqa: B027  (most backends: nothing)
-        """On the launching host, after the workers ended (however): what debug mode leaves besides the workers'
-        own files. Never raises."""
+    def cache_copy(self, options: WorkerOptions, env: Mapping[str, str]) -> WorkingCopy | None:
+        """The working copy the workers compile in (published_cache), for a backend whose cache must not be written
+        in place; None when the workers use the cache folder itself (`env`: the container's environment)."""
+        return None
+
+    def follow_ups(self, *, debug: bool, debug_dir: str) -> list[FollowUp]:
+        """On the launching host, after the workers ended (however): the commands that make what debug mode leaves
+        besides the workers' own files. The launcher runs them under its stop handling and time bound."""
+        return []
 
     def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
         """Lines for the job's log about this launch (`env`: the container's environment)."""

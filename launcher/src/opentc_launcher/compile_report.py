@@ -8,13 +8,12 @@ the JSON). The log gets one line: "clean", or one line per problem with its fix.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .files import write_atomically
+from .files import strict_json, write_atomically
 
 log = logging.getLogger("opentc_launcher")
 
@@ -111,7 +110,7 @@ class CompileReport:
         return {**data, **details}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return strict_json(self.to_dict(), indent=2)
 
     def summary_lines(self) -> list[str]:
         who = self.process

@@ -4,7 +4,9 @@ may run on it. Each backend answers for itself (backend.CompilerBackend); this m
 The outermost launcher decides and passes the decision down as worker options (`--device cuda`,
 `--cpu-multi-worker ...`): the toolkit's launch plan for SageMaker jobs, `opentc-run` on its own, or
 `opentc-worker` on its own when started by some other launcher with `--device auto`. Deciding again on decided
-options returns them unchanged, so a launcher that is handed a decision applies it.
+options returns them unchanged when they can run, so every worker decides again: a launcher handed a decision
+applies it, and one handed a device it cannot use (`--device cuda` with no GPU, `--backend inductor --device tpu`)
+refuses it as the outermost launcher would have.
 """
 
 from __future__ import annotations

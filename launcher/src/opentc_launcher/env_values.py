@@ -6,6 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import TypeVar, overload
 
+from .errors import shown
+
 Number = TypeVar("Number", int, float)
 
 
@@ -14,6 +16,18 @@ class BadEnvironmentValue(ValueError):
 
 
 MAX_PORT = 65535
+MAX_DIGITS = 18   # a whole number anyone means fits in 18 digits (and in a C long long)
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as a whole number >= 0 written in ASCII digits, at most MAX_DIGITS of them; else None.
+
+    str.isdigit() alone is not enough: it says yes to '²' and to a number 5,000 digits long, which int() then
+    refuses with a ValueError."""
+    text = text.strip()
+    if not text or len(text) > MAX_DIGITS or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
 
 
 @overload
@@ -43,5 +57,5 @@ def number_from_env(env: Mapping[str, str], name: str, kind: type[Number], defau
     if value is None or not math.isfinite(value) or value < minimum or (maximum is not None and value > maximum):
         what = "a whole number" if kind is int else "a finite number"
         bounds = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
-        raise BadEnvironmentValue(f"environment variable {name}={text!r} is not accepted: use {what} {bounds}.")
+        raise BadEnvironmentValue(f"environment variable {name}={shown(text)} is not accepted: use {what} {bounds}.")
     return value

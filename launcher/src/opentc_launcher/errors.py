@@ -12,6 +12,8 @@ import time
 import traceback
 from dataclasses import asdict, dataclass
 
+from .files import strict_json, write_json
+
 TAIL_CHARS = 3000
 # How a DataLoader worker's (or any re-raised) exception quotes the original traceback in its message.
 _ORIGINAL_TRACEBACK = "Original Traceback (most recent call last):"
@@ -32,8 +34,7 @@ def record_error(summary: str, traceback_text: str, exit_code: int) -> None:
             },
         }
     }
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f)
+    write_json(path, data)
 
 
 def read_error_file(path: str | None) -> tuple[str, str]:
@@ -68,6 +69,16 @@ def printable(text: str) -> str:
     """`text` with what cannot be written as UTF-8 (lone surrogates, from a file name that is not UTF-8) escaped
     as \\udcff, so a message about it can always be logged and written."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """repr(value) for a message, shortened when long ("'7777...' (5000 characters)"): the input it names must not
+    push what is accepted out of the 1,024 characters SageMaker shows."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"
+    return f"{text[:limit - 20]}... ({size})"
 
 
 def summarize_exception(exc: BaseException) -> str:
@@ -118,7 +129,7 @@ class FailureRecord:
     stage: str = WORKERS
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        return strict_json(asdict(self), indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> FailureRecord:

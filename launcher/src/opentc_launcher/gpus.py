@@ -1,13 +1,94 @@
-"""How many GPUs this process can see."""
+"""How many GPUs this process can see: the count every launcher and worker checks a device choice against.
+
+Read from NVML, the driver's own library, with CUDA_VISIBLE_DEVICES applied the way torch.cuda.device_count() applies
+it when NVML answers (torch/cuda/__init__.py: _parse_visible_devices, _device_count_nvml). Neither torch nor a CUDA
+context is touched, so a worker can check its options before the script runs (a script may still set
+CUDA_VISIBLE_DEVICES or OMP_NUM_THREADS before its own `import torch`), and `opentc-run` and `opentc-worker` refuse
+exactly the same launches.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import itertools
+import os
+import re
+from collections.abc import Mapping
 
-def visible_gpu_count() -> int:
-    """GPUs this process can see, counted through NVML without creating a CUDA context (0 without a driver)."""
+NVML_LIBRARY = "libnvidia-ml.so.1"   # mounted with the driver (the NVIDIA container runtime, SageMaker)
+_UUID_BYTES = 96
+
+
+def _nvml() -> ctypes.CDLL | None:
     try:
-        import torch
+        nvml = ctypes.CDLL(NVML_LIBRARY)
+        return nvml if nvml.nvmlInit_v2() == 0 else None
+    except (OSError, AttributeError):   # no driver, or a library without NVML's functions
+        return None
 
-        return int(torch.cuda.device_count())
-    except Exception:  # no torch, or a CUDA build without a driver
+
+def _device_count(nvml: ctypes.CDLL) -> int:
+    count = ctypes.c_uint(0)
+    return count.value if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else 0
+
+
+def _uuids(nvml: ctypes.CDLL) -> list[str]:
+    found: list[str] = []
+    for index in range(_device_count(nvml)):
+        handle = ctypes.c_void_p()
+        buffer = ctypes.create_string_buffer(_UUID_BYTES)
+        if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0 or \
+                nvml.nvmlDeviceGetUUID(handle, buffer, _UUID_BYTES) != 0:
+            return found
+        found.append(buffer.value.decode("ascii", "replace"))
+    return found
+
+
+def _leading_number(text: str) -> int:
+    """What C's strtoul reads at the start of `text` (CUDA reads "1gpu" as 1); -1 for none or a negative one."""
+    found = re.match(r"[+-]?[0-9]+", text)
+    return int(found[0]) if found else -1
+
+
+def _ordinals(entries: list[str], available: int) -> int:
+    """The GPUs a list of ordinals selects: the list ends at its first negative entry, a repeated entry selects
+    none, and it is cut at the first ordinal past the last GPU."""
+    listed: list[int] = []
+    for entry in entries:
+        number = _leading_number(entry.strip())
+        if number in listed:
+            return 0
+        if number < 0:
+            break
+        listed.append(number)
+    return next((i for i, number in enumerate(listed) if number >= available), len(listed))
+
+
+def _by_uuid(entries: list[str], uuids: list[str]) -> int:
+    """The GPUs a list of (prefixes of) UUIDs selects: it ends at the first that matches no GPU, or more than one."""
+    seen: list[int] = []
+    for entry in entries:
+        matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
+        if len(matches) != 1:
+            break
+        if matches[0] in seen:
+            return 0
+        seen.append(matches[0])
+    return len(seen)
+
+
+def visible_gpu_count(env: Mapping[str, str] = os.environ) -> int:
+    """GPUs this process can see (0 without a driver)."""
+    nvml = _nvml()
+    if nvml is None:
         return 0
+    chosen = env.get("CUDA_VISIBLE_DEVICES")
+    if chosen is None:
+        return _device_count(nvml)
+    entries = chosen.split(",")
+    prefix = chosen[:4]
+    if prefix in ("GPU-", "MIG-"):   # a list of UUIDs, which ends at the first entry without the prefix
+        named = list(itertools.takewhile(lambda entry: entry.startswith(prefix), entries))
+        # MIG instances are no NVML devices: CUDA checks those names itself.
+        return len(named) if prefix == "MIG-" else _by_uuid(named, _uuids(nvml))
+    return _ordinals(entries, _device_count(nvml))

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 
 from . import exit_codes
-from .env_values import MAX_PORT
+from .env_values import MAX_PORT, whole_number
+from .errors import shown
 
 log = logging.getLogger("opentc_launcher")
 
@@ -28,12 +30,42 @@ DEFAULT_RENDEZVOUS_TIMEOUT = 600.0
 WATCHDOG_MARGIN = 15.0
 
 
-def option_problem(args) -> str | None:
+# A worker is a process with torch's threads of its own: a host runs one per GPU, or a few per CPU at most. Far more
+# than that is no launch any host can run (78,000 log folders were made before the fork of 100,000 workers failed).
+MAX_WORKERS_PER_CPU = 64
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not Linux
+        return os.cpu_count() or 1
+
+
+def worker_limit(gpu_count: int) -> int:
+    """The most workers one host may be asked to run."""
+    return MAX_WORKERS_PER_CPU * max(usable_cpus(), gpu_count, 1)
+
+
+def too_many_workers(workers: int, gpu_count: int, asked_by: str) -> str | None:
+    """Why `workers` per host is no launch this host can run (asked for by `asked_by`), or None."""
+    limit = worker_limit(gpu_count)
+    if workers <= limit:
+        return None
+    return (f"{asked_by} asks for {workers} workers on this host, more than any host can run: each worker is a "
+            f"process of its own, and this host has {usable_cpus()} CPU(s) and {gpu_count} GPU(s), so at most {limit} "
+            f"({MAX_WORKERS_PER_CPU} per CPU or GPU) are accepted. Use one worker per GPU, or on CPUs one per core.")
+
+
+def option_problem(args, gpu_count: int) -> str | None:
     """The first launch option (or the variable it came from) that cannot work, in words; None if all can."""
     nproc = str(args.nproc_per_node).strip()
-    if not (nproc.isdigit() and int(nproc) >= 1) and nproc not in NPROC_WORDS:
-        return (f"--nproc-per-node {nproc!r} is not accepted: use a whole number >= 1 (workers on this host), or "
+    if not (whole_number(nproc) or 0) >= 1 and nproc not in NPROC_WORDS:
+        return (f"--nproc-per-node {shown(nproc)} is not accepted: use a whole number >= 1 (workers on this host), or "
                 f"one of {', '.join(NPROC_WORDS)}.")
+    too_many = too_many_workers(whole_number(nproc) or 1, gpu_count, f"--nproc-per-node {nproc}")
+    if too_many:
+        return too_many
     port = args.master_port
     if not isinstance(port, int) or not 1 <= port <= MAX_PORT:
         return f"--master-port {port!r} is not accepted: use a TCP port from 1 to {MAX_PORT}."
@@ -41,7 +73,7 @@ def option_problem(args) -> str | None:
         try:
             _, high = _nnodes(str(args.nnodes))
         except ValueError:
-            return (f"--nnodes {args.nnodes!r} is not accepted: use a whole number >= 1, or MIN:MAX with "
+            return (f"--nnodes {shown(args.nnodes)} is not accepted: use a whole number >= 1, or MIN:MAX with "
                     f"1 <= MIN <= MAX.")
         if not 0 <= int(args.node_rank) < high:
             return (f"--node-rank (or NODE_RANK) {args.node_rank} is not accepted: use 0 to {high - 1} for "
@@ -50,10 +82,10 @@ def option_problem(args) -> str | None:
 
 
 def _nnodes(text: str) -> tuple[int, int]:
-    parts = text.split(":")
-    if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
+    parts = [whole_number(p) for p in text.split(":")]
+    if len(parts) > 2 or None in parts:
         raise ValueError(text)
-    low, high = int(parts[0]), int(parts[-1])
+    low, high = parts[0] or 0, parts[-1] or 0
     if not 1 <= low <= high:
         raise ValueError(text)
     return low, high

@@ -14,7 +14,6 @@ Written at the end to <summary dir>/worker-<process>.json; the toolkit puts the 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import resource
@@ -26,7 +25,7 @@ from array import array
 from typing import Any
 
 from .after_import import when_imported
-from .files import write_atomically
+from .files import write_json
 from .replace import replace_once
 from .steps import StepCounter
 
@@ -145,6 +144,6 @@ def write_record(folder: str, process: str, record: dict[str, Any]) -> None:
         return
     path = os.path.join(folder, f"worker-{process}.json")
     try:
-        write_atomically(path, json.dumps(record))
+        write_json(path, record)
     except OSError as e:
         log.warning("%s: could not write its measurements to %s: %s", process, path, e)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
+from .env_values import MAX_DIGITS, whole_number
+
 # The compiler backends (opentc_launcher.backends has one object for each): eager is plain PyTorch, no compiler.
 BACKEND_NAMES = ("eager", "xla", "inductor")
 DEVICES = ("auto", "cuda", "cpu", "tpu")
@@ -25,9 +27,9 @@ def _on_off(text: str) -> bool:
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    value = whole_number(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (at most {MAX_DIGITS} digits), got {text!r}")
     return value
 
 
@@ -42,8 +44,11 @@ class WorkerOptions:
     cpu_multi_worker: str = "refuse"
     # Where each worker writes its compile report (JSON); empty = no report.
     compile_report_dir: str = ""
-    # Persistent compilation cache root (one sub-folder per rank); empty = no persistent cache.
+    # Persistent compilation cache root (a sub-folder per backend, version and device); empty = no persistent cache.
     compile_cache_dir: str = ""
+    # Where the workers compile when their backend works on a copy of the cache (published_cache: inductor), a
+    # folder of the launcher's own; empty = in compile_cache_dir itself. Other backends ignore it.
+    compile_cache_work_dir: str = ""
     # Stop the worker once it has compiled more than this many graphs; 0 = no limit.
     max_compilations: int = 0
     # Steps (syncs) after which a new graph counts as a recompilation worth a warning.
@@ -81,6 +86,10 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
                        help="write each worker's compile report (JSON) into DIR")
     group.add_argument("--compile-cache-dir", default=d.compile_cache_dir, metavar="DIR",
                        help="persistent compilation cache root (a sub-folder per backend, version and device)")
+    group.add_argument("--compile-cache-work-dir", default=d.compile_cache_work_dir, metavar="DIR",
+                       help="compile in a copy of the cache kept in DIR, published back to --compile-cache-dir "
+                            "after a successful job, for backends whose cache cannot survive a stop (inductor); "
+                            "opentc-run makes one itself when this is not given")
     group.add_argument("--max-compilations", type=_non_negative_int, default=d.max_compilations, metavar="N",
                        help="stop with an error once a worker has compiled more than N graphs (inductor: captured "
                             "by Dynamo, cached or not; 0: no limit)")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
+from typing import Any
 
 from . import exit_codes
 
@@ -31,6 +33,51 @@ class StoppedWithExitCode(BaseException):
         super().__init__(summary)
         self.exit_code = exit_code
         self.summary = summary
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
+
+
+REDELIVERY_DELAY = 0.05   # seconds: past the hook, which a signal must not land in (its own errors are dropped too)
+
+
+def _deliver_again(previous_hook: Any) -> Any:
+    """sys.unraisablehook that hands a dropped stop back to the main thread.
+
+    A signal handler runs wherever the main thread is. When that is a weakref callback (Dynamo's guard dictionaries
+    have many), a __del__ or a garbage-collector callback, Python cannot raise there: it prints "Exception ignored"
+    and drops the exception, and the script would train on to its end as if never stopped. So when Python reports a
+    Terminated as unraisable, the same signal is sent to the main thread again a moment later, and again if that
+    one lands in such a callback too, until the script has it. A stop that was raised is never repeated, so a
+    script's `finally` blocks run undisturbed."""
+    said: list[bool] = []
+
+    def hook(unraisable: Any) -> None:
+        stop = unraisable.exc_value
+        if not isinstance(stop, Terminated):
+            previous_hook(unraisable)
+            return
+        if not said:
+            said.append(True)
+            where = getattr(unraisable.object, "__qualname__", None) or type(unraisable.object).__name__
+            log.info("%s landed where Python cannot raise it (in %s, called by the interpreter): delivered again",
+                     signal.Signals(stop.signum).name, where)
+        timer = threading.Timer(REDELIVERY_DELAY, signal.pthread_kill,
+                                args=(threading.main_thread().ident, stop.signum))
+        timer.daemon = True
+        timer.start()
+
+    return hook
+
+
+def raise_terminated_on_stop() -> None:
+    """SIGTERM raises Terminated in the main thread (see Terminated), delivered until the script has it; only where
+    the process's own code has not already decided what SIGTERM does."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    sys.unraisablehook = _deliver_again(sys.unraisablehook)
 
 
 def configure_logging() -> None:

@@ -14,17 +14,20 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from . import exit_codes
+from .backends import backend_named
 from .commands import worker_command
 from .decision import LaunchRefused, decide, unsynchronized_warning
-from .env_values import MAX_PORT
-from .errors import LAUNCH, FailureRecord, read_error_file, tail
+from .env_values import MAX_PORT, whole_number
+from .errors import LAUNCH, FailureRecord, read_error_file, shown, tail
+from .files import write_atomically
 from .gpus import visible_gpu_count
 from .launch_checks import (
     WATCHDOG_MARGIN,
@@ -35,6 +38,7 @@ from .launch_checks import (
 )
 from .options import WorkerOptions, add_worker_arguments
 from .process import configure_logging
+from .published_cache import WorkingCopy
 
 log = logging.getLogger("opentc_launcher")
 
@@ -82,10 +86,11 @@ def resolve_standard_variables(args) -> str | None:
             setattr(args, dest, value.text)
             continue
         low, high = (1, MAX_PORT) if dest == "master_port" else (0, None)
-        if not value.text.isdigit() or int(value.text) < low or (high is not None and int(value.text) > high):
+        number = whole_number(value.text)
+        if number is None or number < low or (high is not None and number > high):
             bounds = f"from {low} to {high}" if high is not None else f">= {low}"
-            return f"{value.variable}={value.text!r} is not accepted: use a whole number {bounds}."
-        setattr(args, dest, int(value.text))
+            return f"{value.variable}={shown(value.text)} is not accepted: use a whole number {bounds}."
+        setattr(args, dest, number)
     return None
 
 
@@ -132,8 +137,20 @@ def failure_from_child_failed(error, log_dir: str) -> FailureRecord:
 
 def write_failure_report(path: str, record: FailureRecord) -> None:
     if path:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(record.to_json())
+        write_atomically(path, record.to_json())
+
+
+def _open_working_copy(options: WorkerOptions, scratch: str) -> tuple[WorkerOptions, WorkingCopy | None]:
+    """The working copy of the cache this node's workers compile in, for a backend that needs one, when no launcher
+    above this one made it (the toolkit passes --compile-cache-work-dir); published after the workers succeed."""
+    if options.compile_cache_work_dir or not options.compile_cache_dir:
+        return options, None
+    with_copy = replace(options, compile_cache_work_dir=os.path.join(scratch, "compile-cache"))
+    cache = backend_named(options.backend).cache_copy(with_copy, os.environ)
+    if cache is None:
+        return options, None
+    log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(), cache.working)
+    return with_copy, cache
 
 
 def _report_launch_failure(args, exit_code: int, message: str) -> None:
@@ -160,7 +177,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, determine_local_world_size, parse_min_max_nnodes
 
-    problem = resolve_standard_variables(args) or option_problem(args)
+    gpu_count = visible_gpu_count()
+    problem = resolve_standard_variables(args) or option_problem(args, gpu_count)
     if problem:
         _fail(args, exit_codes.BAD_INPUT, problem)
     apply_standalone(args)
@@ -174,12 +192,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
     world_size = parse_min_max_nnodes(args.nnodes)[1] * determine_local_world_size(args.nproc_per_node)
     try:
         # Decided once, before any process starts; every worker gets the decision as its options.
-        options = decide(WorkerOptions.from_namespace(args), world_size, os.environ, visible_gpu_count())
+        options = decide(WorkerOptions.from_namespace(args), world_size, os.environ, gpu_count)
     except LaunchRefused as e:
         _fail(args, exit_codes.BAD_INPUT, str(e))
     warning = unsynchronized_warning(options, world_size)
     if warning:
         log.warning("%s", warning)
+    options, cache = _open_working_copy(options, log_dir)
 
     worker = worker_command()
     worker_args = options.to_argv() + (["--module"] if as_module else []) + [script] + script_args
@@ -220,6 +239,12 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail(args, *classify_launch_error(e, endpoint, node, f"{args.nproc_per_node} worker(s)"))
     finally:
         watchdog.disarm()
+    if cache is not None:
+        try:
+            log.info("compilation cache: %s", cache.publish())
+        except OSError as e:
+            log.warning("compilation cache: not published: %s: %s", type(e).__name__, e)
+        shutil.rmtree(cache.working, ignore_errors=True)
     sys.exit(exit_codes.OK)
 
 

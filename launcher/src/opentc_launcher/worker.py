@@ -24,17 +24,13 @@ from .env_values import BadEnvironmentValue
 from .errors import record_error, summarize_exception
 from .gpus import visible_gpu_count
 from .options import WorkerOptions, add_worker_arguments
-from .process import StoppedWithExitCode, Terminated, configure_logging, exit_code_of
+from .process import StoppedWithExitCode, Terminated, configure_logging, exit_code_of, raise_terminated_on_stop
 from .runtime import WorkerIdentity
 from .script import run_module, run_script, why_not_a_script
 
 log = logging.getLogger("opentc_launcher")
 
 _PR_SET_PDEATHSIG = 1
-
-
-def _raise_terminated(signum, _frame):
-    raise Terminated(signum)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,8 +115,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     backend = backend_named(options.backend)
     try:
         identity = WorkerIdentity.from_env(os.environ)
-        if options.device == "auto":  # started on its own: nothing decided for this worker yet
-            options = decide(options, identity.world_size, os.environ, visible_gpu_count())
+        # Started on its own, nothing is decided yet (auto); started by a launcher, its decision is checked again
+        # here, so a device this worker cannot use is refused as opentc-run refuses it, whoever chose it.
+        options = decide(options, identity.world_size, os.environ, visible_gpu_count())
         warning = unsynchronized_warning(options, identity.world_size)
         if warning:
             log.warning("rank %d: %s", identity.rank, warning)
@@ -132,9 +129,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         record_failure(e, exit_codes.FAILED)
         sys.exit(exit_codes.FAILED)
 
-    # Only if the user's environment did not already decide what SIGTERM does.
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_terminated)
+    raise_terminated_on_stop()
     exit_code = exit_codes.OK
     try:
         if args.module:

@@ -18,6 +18,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from opentc_launcher.env_values import whole_number
+from opentc_launcher.errors import shown
+
 from .compiler import MULTI_WORKER, CompilerSettings
 from .errors import JobConfigError
 from .job import TrainingJob
@@ -100,18 +103,18 @@ def _training_script(value: str | None, code: str, entry: str) -> str:
             f"script the entry point and set distribution pytorchxla enabled (hyperparameter {MULTI_WORKER}=true).")
     relative = os.path.relpath(os.path.normpath(os.path.join(code, value)), code)
     if relative == os.curdir or relative.split(os.sep, 1)[0] == os.pardir:
-        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={value!r} is outside the code folder "
+        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is outside the code folder "
                              f"{code}: name a .py file in it, relative to it ({_listing(code)}).")
     path = os.path.join(code, relative)
     if not os.path.isfile(path):
-        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={value!r} names no file in the code "
+        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} names no file in the code "
                              f"folder {code} ({_listing(code)}): set {TRAINING_SCRIPT} to one of them.")
     if not relative.endswith(".py"):
-        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={value!r} is not a .py file: "
+        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is not a .py file: "
                              f"set it to your Python training script ({_listing(code)}).")
     if calls_sm_dist(path):
         raise JobConfigError(
-            f"{launcher}; hyperparameter {TRAINING_SCRIPT}={value!r} is such a launcher too (it calls "
+            f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is such a launcher too (it calls "
             f"{SM_DIST}): set {TRAINING_SCRIPT} to your training script itself ({_listing(code)}).")
     return relative
 
@@ -120,14 +123,13 @@ def _workers_per_host(value: str | None, job: TrainingJob, entry: str) -> int | 
     """sm_dist's --num_gpus: the workers per host (None: one per GPU)."""
     if value is None:
         return None
-    text = value.strip()
-    number = int(text) if text.isdigit() else 0
+    number = whole_number(value) or 0
     if number >= 1 and (job.num_gpus == 0 or number <= job.num_gpus):
         return number
     accepted = (f"a whole number from 1 to {job.num_gpus} (the GPUs on this host)" if job.num_gpus
                 else "a whole number >= 1")
     raise JobConfigError(
-        f"hyperparameter {NUM_GPUS} has the value {value!r}, which is not accepted: with the AWS-era launcher "
+        f"hyperparameter {NUM_GPUS} has the value {shown(value)}, which is not accepted: with the AWS-era launcher "
         f"{entry} ({SM_DIST}) it is the number of workers per host, {accepted}; or remove it for one worker "
         f"per GPU.")
 

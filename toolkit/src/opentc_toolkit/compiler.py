@@ -10,6 +10,8 @@ from typing import Any
 
 from opentc_launcher.backend import CompilerBackend
 from opentc_launcher.backends import backend_named
+from opentc_launcher.env_values import MAX_DIGITS, whole_number
+from opentc_launcher.errors import shown
 from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES
 
 from .errors import JobConfigError
@@ -41,7 +43,7 @@ def _boolean(params: Mapping[str, Any], key: str, default: bool) -> bool:
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     raise JobConfigError(
-        f"hyperparameter {key} has the value {value!r}, which is not accepted: use \"true\" or \"false\" "
+        f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use \"true\" or \"false\" "
         f"(a JSON boolean, as the SageMaker SDK writes it, or that string in any letter case).")
 
 
@@ -49,22 +51,23 @@ def _choice(params: Mapping[str, Any], key: str, choices: tuple[str, ...], defau
     value = params.get(key, default)
     if isinstance(value, str) and value.strip().lower() in choices:
         return value.strip().lower()
-    raise JobConfigError(f"hyperparameter {key} has the value {value!r}, which is not accepted: use one of "
+    raise JobConfigError(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use one of "
                          + ", ".join(f'"{c}"' for c in choices) + ".")
 
 
 def _whole_number(params: Mapping[str, Any], key: str, default: int) -> int:
     value = params.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
-        raise JobConfigError(f"hyperparameter {key} has the value {value!r}, which is not accepted: "
-                             f"use a whole number >= 0 (0 means no limit).")
-    return int(value)
+    number = None if isinstance(value, bool) or not isinstance(value, (int, str)) else whole_number(str(value))
+    if number is None:
+        raise JobConfigError(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use a whole "
+                             f"number >= 0 in digits 0-9, at most {MAX_DIGITS} of them (0 means no limit).")
+    return number
 
 
 def _folder(params: Mapping[str, Any], key: str) -> str:
     value = params.get(key, "")
     if not isinstance(value, str) or (value and not os.path.isabs(value)):
-        raise JobConfigError(f"hyperparameter {key} has the value {value!r}, which is not accepted: "
+        raise JobConfigError(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: "
                              f"use an absolute folder path inside the container, "
                              f"e.g. \"/opt/ml/checkpoints/xla-cache\".")
     return value

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from typing import NoReturn
 
 from opentc_launcher import exit_codes
+from opentc_launcher.files import unwritable
 
 from .aws_launcher import adapt_aws_launcher
 from .compiler import BACKEND, DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
@@ -33,6 +35,7 @@ from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, build_plan
 from .source import entry_point_path, fetch_code, install_requirements
 from .supervisor import Supervisor
+from .wrap_up import settle, wrap_up
 
 log = logging.getLogger("opentc_toolkit")
 
@@ -89,6 +92,13 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
             except OSError as e:
                 raise JobConfigError(f"the job folder cannot hold its output: {folder} cannot be created "
                                      f"({e}); model/ and output/ must be writable folders.") from None
+        # The job summary goes there, and with the compiler on its report and debug artefacts (output/data/compiler).
+        for folder in (paths.output_data, *((job.paths.compiler_output,) if settings.enabled else ())):
+            problem = unwritable(folder)
+            if problem:
+                raise JobConfigError(f"the job folder cannot hold its output: nothing can be written in {folder} "
+                                     f"({problem}); output/data must be a writable folder (SageMaker's always is; a "
+                                     f"job folder mounted by hand must be mounted read-write).")
         code = fetch_code(job, scratch)
         adapted = adapt_aws_launcher(job, settings, code)
         if adapted is not None:   # the job as AWS's torch_xla.distributed.sm_dist would have run it
@@ -98,15 +108,13 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
         plan = recorder.plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), code,
                                           scratch)
-        if settings.enabled:
-            os.makedirs(job.paths.compiler_output, exist_ok=True)
         announce(job, settings, plan, base_env)
+        cache = recorder.cache = settings.compiler.cache_copy(plan.options, base_env)
+        if cache is not None:
+            log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(),
+                     cache.working)
         wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
-        try:
-            result = supervisor.run(plan.command, on_line=recorder.lines.feed)
-        finally:
-            settings.compiler.after_launch(debug=settings.enabled and settings.debug,
-                                           debug_dir=job.paths.compiler_output)
+        result = supervisor.run(plan.command, on_line=recorder.lines.feed)
         return judge(result, plan.failure_source, job.current_host, plan.world.size)
     except JobConfigError as e:
         return not_started(str(e), e.exit_code)
@@ -120,20 +128,32 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
 
 def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
     """The whole job; returns its exit code. `base_env` is the container's environment, which the workers'
-    environment is built from (os.environ is never changed for them)."""
+    environment is built from (os.environ is never changed for them).
+
+    After the workers each step is guarded, so none can cost the job its verdict: the wrap-up (bounded, under the
+    stop handling), the summary, the verdict; only then is the run's scratch folder removed, however long that
+    takes."""
     clear_verdict(paths)
-    with tempfile.TemporaryDirectory(prefix="opentc-") as scratch:   # the run's own files, gone with it
-        recorder = JobRecorder()
-        try:
-            launch = LaunchSettings.from_env(base_env)
-        except JobConfigError as e:
-            outcome = not_started(str(e), e.exit_code)
-        else:
-            supervisor = Supervisor(grace=launch.grace)
-            supervisor.install_signal_handlers()
-            outcome = run_job(paths, launch, base_env, supervisor, scratch, recorder)
-        write_summary(paths, recorder, outcome)
+    scratch = tempfile.mkdtemp(prefix="opentc-")   # the run's own files
+    recorder = JobRecorder()
+    supervisor = None
+    try:
+        launch = LaunchSettings.from_env(base_env)
+    except JobConfigError as e:
+        outcome = not_started(str(e), e.exit_code)
+    else:
+        supervisor = Supervisor(grace=launch.grace)
+        supervisor.install_signal_handlers()
+        outcome = run_job(paths, launch, base_env, supervisor, scratch, recorder)
+        outcome = wrap_up(outcome, recorder, supervisor, base_env, launch.finish_timeout)
+    write_summary(paths, recorder, outcome)
+    if supervisor is not None:
+        settled = settle(outcome, supervisor, "while the job summary was being written")
+        if settled != outcome:   # a stop during the summary: the summary says so too
+            outcome = settled
+            write_summary(paths, recorder, outcome)
     report(paths, outcome)
+    shutil.rmtree(scratch, ignore_errors=True)
     return outcome.exit_code
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentc_compare.summary import FILE_NAME, FORMAT, headline
-from opentc_launcher.files import write_atomically
+from opentc_launcher.files import write_json
+from opentc_launcher.published_cache import WorkingCopy
 
 from .compiler import CompilerSettings
 from .job import JobPaths, TrainingJob
@@ -46,6 +47,7 @@ class JobRecorder:
     job: TrainingJob | None = None
     settings: CompilerSettings | None = None
     plan: LaunchPlan | None = None
+    cache: WorkingCopy | None = None     # the working copy of the compilation cache, when the backend uses one
 
 
 def _version(distribution: str) -> str | None:
@@ -118,9 +120,13 @@ def write_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> d
     try:
         summary = build_summary(paths, recorder, outcome)
         path = os.path.join(paths.output_data, FILE_NAME)
-        write_atomically(path, json.dumps(summary, indent=2))
+        write_json(path, summary, indent=2)
     except Exception as e:  # noqa: BLE001  (the summary is never a reason for a job to fail)
         log.warning("job summary not written: %s: %s", type(e).__name__, e)
         return None
-    log.info("job summary: %s (%s)", headline(summary), path)
+    try:
+        line = headline(summary)
+    except Exception as e:  # noqa: BLE001  (nor is its headline)
+        line = f"(no headline: {type(e).__name__}: {e})"
+    log.info("job summary: %s (%s)", line, path)
     return summary

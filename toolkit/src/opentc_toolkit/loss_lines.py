@@ -6,29 +6,38 @@ Recognised, one value per line:
   (values quoted or not; its `step` when present), and its final line with `train_samples_per_second` /
   `train_tokens_per_second`;
 - a script's own lines with the word `loss` and a number after it: `loss 1.23`, `loss: 1.23`, `loss=1.23`,
-  `train loss 1.23`, with `step N` (or `step: N`, `step=N`) on the same line when there is one.
+  `train loss 1.23`, `Loss = 1.23` (any letter case), with `step N` (or `step: N`, `step=N`) on the same line when
+  there is one.
 Words that only contain "loss" (`train_loss`, `eval_loss`, `loss_type`) are not a loss, nor is a line with two
 losses (`first loss 5.99, last loss 1.84`). Lines with a step give the series; where no line has one (the
 Trainer's), the lines are numbered in the order they came. With several workers printing, the first value seen
-for a step is kept. A loss that is not a number (nan, inf) is kept as null: the job diverged there.
+for a step is kept. A loss that is not a number (nan, inf) is kept as null: the job diverged there. Only the first
+MAX_LINE_CHARS characters of a line are read, in time linear in them.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from typing import Any
 
 MAX_POINTS = 10_000
+MAX_LINE_CHARS = 16_384   # a loss line is short; what a line holds past this is not read
 TRAINER = "the Trainer's log"
 SCRIPT = "the script's own loss lines"
 
-_NUMBER = r"(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+_NUMBER = r"(-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|inf)"
 # transformers 5 prints the values as strings: {'loss': '5.909', ...}; older ones as numbers.
 _DICT_LOSS = re.compile(r"""['"]loss['"]\s*:\s*['"]?""" + _NUMBER)
-_DICT_STEP = re.compile(r"""['"]step['"]\s*:\s*['"]?(\d+)""")
-_WORD_LOSS = re.compile(r"(?<![\w.])loss\b(?!_)\s*[:=]?\s*" + _NUMBER, re.IGNORECASE)
-_WORD_STEP = re.compile(r"(?<![\w.])step\b\s*[:=]?\s*(\d+)", re.IGNORECASE)
+_DICT_STEP = re.compile(r"""['"]step['"]\s*:\s*['"]?([0-9]{1,18})(?![0-9])""")
+# The separator is `\s*(?:[:=]\s*)?`, never `\s*[:=]?\s*`: with two runs of blanks next to each other a failed match
+# tries every way of splitting the blanks between them, which takes time quadratic in their number (a line of
+# "loss" and 50,000 blanks took a minute). Each pattern here can split its input one way only: linear time.
+_SEPARATOR = r"\s*(?:[:=]\s*)?"
+_WORD_LOSS = re.compile(r"(?<![\w.])loss\b(?!_)" + _SEPARATOR + _NUMBER, re.IGNORECASE)
+_WORD_STEP = re.compile(r"(?<![\w.])step\b" + _SEPARATOR + r"([0-9]{1,18})(?![0-9])", re.IGNORECASE)
+_WORTH_READING = re.compile(r"loss|train_", re.IGNORECASE)   # most lines have neither: skipped at once
 _TRAINER_RATES = {key: re.compile(rf"""['"]{key}['"]\s*:\s*['"]?{_NUMBER}""")
                   for key in ("train_samples_per_second", "train_tokens_per_second", "train_runtime")}
 
@@ -44,12 +53,13 @@ class LossLines:
         self._trainer: dict[str, float] = {}
 
     def feed(self, line: str) -> None:
-        if "loss" not in line and "train_" not in line:
+        line = line[:MAX_LINE_CHARS]
+        if not _WORTH_READING.search(line):
             return
         with self._lock:
             for key, pattern in _TRAINER_RATES.items():
                 rate = pattern.search(line)
-                if rate:
+                if rate and math.isfinite(float(rate[1])):   # a rate of inf (a run of no time) says nothing
                     self._trainer[key] = float(rate[1])
             dictionary = _DICT_LOSS.search(line)
             found: list[re.Match[str]] = [dictionary] if dictionary is not None else list(_WORD_LOSS.finditer(line))

@@ -16,6 +16,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from opentc_launcher.env_values import whole_number
+
 from .compiler import MULTI_WORKER
 from .errors import JobConfigError
 
@@ -76,13 +78,17 @@ def read_model_trainer_source(base: str) -> ModelTrainerSource | None:
         raise JobConfigError(f"SourceCode(entry_script={entry_script!r}) is not accepted: this image runs Python "
                              f"scripts. Use {RECIPE}.")
     workers = distributed.get("process_count_per_node")
+    count = None if workers is None or isinstance(workers, bool) else whole_number(str(workers))
+    if workers is not None and not count:
+        raise JobConfigError(f"Torchrun(process_count_per_node={workers!r}) is not accepted: use a whole number >= 1 "
+                             f"(workers per host), or leave it out for one worker per GPU.")
     return ModelTrainerSource(
         code_dir=os.path.join(base, "input", "data", "code"),
         entry_script=entry_script,
         command=source.get("command") or None,
         requirements=source.get("requirements") or "requirements.txt",
         torchrun="smp" in distributed,
-        workers_per_host=int(workers) if workers else None,
+        workers_per_host=count,
     )
 
 

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from opentc_launcher.commands import run_command, worker_command
 from opentc_launcher.decision import LaunchRefused, decide
 from opentc_launcher.env_values import MAX_PORT, BadEnvironmentValue, number_from_env
+from opentc_launcher.launch_checks import too_many_workers
 from opentc_launcher.options import WorkerOptions
 
 from .compiler import CompilerSettings, compiler_environment
@@ -28,8 +29,10 @@ from .supervisor import Command
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_PEER_TIMEOUT = 300.0
 DEFAULT_GRACE = 90.0
+DEFAULT_FINISH_TIMEOUT = 300.0   # debug mode's reports and the cache's publication, after the workers
 DEFAULT_CACHE_FOLDER = "compile-cache"   # under the checkpoints folder; a sub-folder per backend, version and device
 WORKER_RECORDS = "worker-records"   # in the run's scratch folder: each worker's measurements, for the job summary
+WORKING_CACHE = "compile-cache"     # in the run's scratch folder: a backend's working copy of the cache
 # Linux refuses a single argument or environment entry longer than this (MAX_ARG_STRLEN, 32 pages).
 MAX_ARG_BYTES = 131072
 
@@ -42,6 +45,7 @@ class LaunchSettings:
     peer_timeout: float = DEFAULT_PEER_TIMEOUT  # OPENTC_PEER_TIMEOUT: seconds to wait for the other hosts
     grace: float = DEFAULT_GRACE             # OPENTC_TERMINATION_GRACE: seconds between SIGTERM and SIGKILL
     master_port: int = DEFAULT_MASTER_PORT   # MASTER_PORT: rendezvous port on hosts[0]
+    finish_timeout: float = DEFAULT_FINISH_TIMEOUT   # OPENTC_FINISH_TIMEOUT: seconds for the work after the workers
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LaunchSettings:
@@ -52,6 +56,7 @@ class LaunchSettings:
                 grace=number_from_env(env, "OPENTC_TERMINATION_GRACE", float, DEFAULT_GRACE),
                 master_port=number_from_env(env, "MASTER_PORT", int, DEFAULT_MASTER_PORT, minimum=1,
                                             maximum=MAX_PORT),
+                finish_timeout=number_from_env(env, "OPENTC_FINISH_TIMEOUT", float, DEFAULT_FINISH_TIMEOUT),
             )
         except BadEnvironmentValue as e:
             raise JobConfigError(str(e)) from None
@@ -106,8 +111,13 @@ def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
         check_distribution(job.model_trainer, settings.multi_worker)
     if not settings.multi_worker:
         return World(), ()
-    asked = job.workers_per_host or (job.model_trainer.workers_per_host if job.model_trainer else None)
-    workers = launch.workers_per_host or asked or max(job.num_gpus, 1)
+    trainer_asked = job.model_trainer.workers_per_host if job.model_trainer else None
+    workers = launch.workers_per_host or job.workers_per_host or trainer_asked or max(job.num_gpus, 1)
+    asked_by = ("OPENTC_WORKERS_PER_HOST" if launch.workers_per_host else "the hyperparameter num_gpus"
+                if job.workers_per_host else "Torchrun(process_count_per_node)" if trainer_asked else "the GPU count")
+    too_many = too_many_workers(workers, job.num_gpus, asked_by)
+    if too_many:
+        raise JobConfigError(too_many)
     if not job.is_multi_host:
         return World(workers_per_host=workers), ()
     world = World(nodes=len(job.hosts), node_rank=job.host_index, workers_per_host=workers,
@@ -165,8 +175,9 @@ def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
     user set is kept). `scratch` is a folder for the run's own files.
     """
     world, peers = plan_world(job, settings, launch)
-    options = replace(worker_options(settings, job, world, base_env),
-                      summary_dir=os.path.join(scratch, WORKER_RECORDS))
+    options = worker_options(settings, job, world, base_env)
+    options = replace(options, summary_dir=os.path.join(scratch, WORKER_RECORDS),
+                      compile_cache_work_dir=os.path.join(scratch, WORKING_CACHE) if options.compile_cache_dir else "")
     changes = compiler_environment(settings, gpu_count=job.num_gpus, compiler_output=job.paths.compiler_output,
                                    base_env=base_env)
     decided = job.script_env

@@ -60,6 +60,7 @@ class ProcessResult:
     stderr_tail: str
     stopped_by: int | None = None     # the signal that stopped the job, if one did
     grace: float = 0.0
+    timed_out: bool = False           # killed because it outlasted the time it was given
 
 
 class StartFailed(JobConfigError):
@@ -172,9 +173,10 @@ class Supervisor:
             return []
 
     # -- running -------------------------------------------------------------------------------
-    def run(self, command: Command, on_line: LineReader | None = None) -> ProcessResult:
+    def run(self, command: Command, on_line: LineReader | None = None, timeout: float | None = None) -> ProcessResult:
         """Run the command to its end (or to a stop); raises StartFailed when it cannot be started. `on_line` gets
-        every line the command writes to stdout and stderr (both still pass through)."""
+        every line the command writes to stdout and stderr (both still pass through). With `timeout`, a command
+        still running after that many seconds is killed (SIGKILL, with whatever it started)."""
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         me = psutil.Process()
         already_ours = {p.pid for p in me.children()}
@@ -199,25 +201,34 @@ class Supervisor:
             out_pump.start()
         if self._stop_signal is not None:  # a signal between the check above and Popen
             _signal_all(self._workers(), signal.SIGTERM)
-        killed = False
+        killed = timed_out = False
+        give_up = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 returncode = proc.wait(timeout=0.2)
                 break
             except subprocess.TimeoutExpired:
                 pass
-            if self._deadline is not None and time.monotonic() > self._deadline and not killed:
+            if killed:
+                continue
+            if self._deadline is not None and time.monotonic() > self._deadline:
                 assert self._stop_signal is not None
                 log.error("workers still running %g s after %s: sending SIGKILL", self.grace,
                           signal.Signals(self._stop_signal).name)
                 self._kill_tree(already_ours, signal.SIGKILL)
                 killed = True
+            elif give_up is not None and time.monotonic() > give_up:
+                log.warning("%s still running after %g s: stopping it (SIGKILL)", os.path.basename(command.argv[0]),
+                            timeout)
+                self._kill_tree(already_ours, signal.SIGKILL)
+                killed = timed_out = True
         self._stop_leftovers(already_ours)
         pump.join(timeout=5)
         if out_pump is not None:
             out_pump.join(timeout=5)
         self._root = None
-        return ProcessResult(exit_codes.from_returncode(returncode), pump.tail, self._stop_signal, self.grace)
+        return ProcessResult(exit_codes.from_returncode(returncode), pump.tail, self._stop_signal, self.grace,
+                             timed_out)
 
     def _descendants(self, exclude: set) -> list:
         try:

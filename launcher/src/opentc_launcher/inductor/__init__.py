@@ -9,12 +9,23 @@ and loaded from the cache, names graph breaks and recompilations, and enforces t
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import os
 from collections.abc import Mapping, MutableMapping
 
-from ..backend import CompilerBackend, WorkerSession, cuda_or_cpu
+from ..backend import CompilerBackend, FollowUp, WorkerSession, cuda_or_cpu
+from ..cache_folders import cache_folder
 from ..options import WorkerOptions
+from ..published_cache import WorkingCopy
 from ..runtime import WorkerIdentity
+
+CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def cache_folder_for(root: str, device: str) -> str:
+    """This torch's Inductor cache folder under a cache root (cache_folders' policy)."""
+    return cache_folder(root, "inductor-torch", metadata.version("torch"), device)
+
 
 # What debug mode writes (under the compiler folder, output/data/compiler/ in a SageMaker job).
 TRACE_FOLDER = "torch_trace"          # TORCH_TRACE: torch's structured trace, one file per rank (tlparse reads it)
@@ -48,11 +59,20 @@ class InductorBackend(CompilerBackend):
                 f"and Accelerate scripts compile by themselves (ACCELERATE_DYNAMO_BACKEND=inductor); a plain "
                 f"script compiles what it passes to torch.compile"]
 
-    def after_launch(self, *, debug: bool, debug_dir: str) -> None:
-        if debug:
-            from .trace_report import render_trace_reports
+    def cache_copy(self, options: WorkerOptions, env: Mapping[str, str]) -> WorkingCopy | None:
+        # gcc writes each kernel straight to its final name, and Inductor loads whatever is there: a stop during a
+        # link would leave the cache damaged for every later job. A cache the user chose is theirs to manage.
+        if not (options.compile_cache_dir and options.compile_cache_work_dir) or env.get(CACHE_VARIABLE):
+            return None
+        return WorkingCopy(published=cache_folder_for(options.compile_cache_dir, options.device),
+                           working=cache_folder_for(options.compile_cache_work_dir, options.device))
 
-            render_trace_reports(os.path.join(debug_dir, TRACE_FOLDER), os.path.join(debug_dir, "tlparse"))
+    def follow_ups(self, *, debug: bool, debug_dir: str) -> list[FollowUp]:
+        if not debug:
+            return []
+        from .trace_report import render_commands
+
+        return render_commands(os.path.join(debug_dir, TRACE_FOLDER), os.path.join(debug_dir, "tlparse"))
 
     def start(self, options: WorkerOptions, identity: WorkerIdentity,
               environ: MutableMapping[str, str]) -> WorkerSession:

@@ -13,7 +13,6 @@ newer torch that lacks one gives "unknown" figures, never a failed job.
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import logging
 import os
 import re
@@ -24,7 +23,6 @@ from typing import Any
 from .. import exit_codes
 from ..after_import import when_imported
 from ..backend import WorkerSession
-from ..cache_folders import cache_folder
 from ..compile_report import (
     RECOMPILATION_WARNING,
     CompileReport,
@@ -33,8 +31,10 @@ from ..compile_report import (
     limit_message,
     recompilation_warning,
 )
+from ..files import unwritable
 from ..options import WorkerOptions
 from ..runtime import WorkerIdentity, per_rank_files
+from . import CACHE_VARIABLE, cache_folder_for
 from .libcuda import driver_folders, linkable_libcuda
 
 log = logging.getLogger("opentc_launcher")
@@ -144,7 +144,8 @@ class InductorSession(WorkerSession):
         session._configure(environ)
         session.start()
         log.info("rank %d/%d: torch.compile (TorchInductor) ready on %s; Inductor cache %s (%s)", identity.rank,
-                 identity.world_size, options.device, session.cache["dir"] or "-", session.cache["mode"])
+                 identity.world_size, options.device, session.cache.get("working_dir") or session.cache["dir"] or "-",
+                 session.cache["mode"])
         return session
 
     def _configure(self, environ: MutableMapping[str, str]) -> None:
@@ -152,17 +153,21 @@ class InductorSession(WorkerSession):
         options, identity = self.options, self.identity
         wanted: dict[str, str] = {}
         if options.compile_cache_dir:
-            folder = cache_folder(options.compile_cache_dir, "inductor-torch", metadata.version("torch"),
-                                  options.device)
-            try:
-                os.makedirs(folder, exist_ok=True)
-            except OSError as e:
-                log.warning("%s: persistent compilation cache off: %s is not usable (%s)", self.process, folder, e)
+            published = cache_folder_for(options.compile_cache_dir, options.device)
+            if options.compile_cache_work_dir:   # the launcher's working copy, published after a success
+                folder = cache_folder_for(options.compile_cache_work_dir, options.device)
+                mode = f"a working copy of {published}, published there after a successful job"
+            else:
+                folder, mode = published, "read-write, shared by the job's processes"
+            problem = unwritable(folder)
+            if problem:
+                log.warning("%s: persistent compilation cache off: %s is not usable (%s)", self.process, folder,
+                            problem)
             else:
                 # One folder for every process of the job: Inductor writes its entries atomically.
-                wanted["TORCHINDUCTOR_CACHE_DIR"] = folder
+                wanted[CACHE_VARIABLE] = folder
                 wanted["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
-                self.cache = {"dir": folder, "mode": "read-write, shared by the job's processes"}
+                self.cache = {"dir": published, "working_dir": folder, "mode": mode}
         # Each worker would otherwise start min(32, CPUs) compile processes of its own.
         wanted["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // identity.local_world_size))
         if options.device == "cuda":
@@ -170,8 +175,8 @@ class InductorSession(WorkerSession):
         for name, value in wanted.items():
             if environ.get(name, value) != value:
                 log.info("%s: found pre-existing configuration %s=%s: keeping it", self.process, name, environ[name])
-                if name == "TORCHINDUCTOR_CACHE_DIR":
-                    self.cache = {"dir": environ[name], "mode": "the user's TORCHINDUCTOR_CACHE_DIR"}
+                if name == CACHE_VARIABLE:
+                    self.cache = {"dir": environ[name], "mode": f"the user's {CACHE_VARIABLE}"}
                 continue
             environ[name] = value
         environ.update(per_rank_files(PER_RANK_FILE_VARIABLES, identity, environ))

@@ -1,28 +1,38 @@
 """Debug mode's report of what torch.compile did: tlparse (PyPI's `tlparse`) run over each TORCH_TRACE file the
-workers wrote, one HTML report per process (index.html), beside the trace in the compiler folder."""
+workers wrote, one HTML report per process (index.html), beside the trace in the compiler folder.
+
+The commands are only described here; the launcher runs them after the workers ended, under its stop handling
+and time bound (a large trace can take tlparse minutes).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import shutil
-import subprocess
 import sys
+from collections.abc import Mapping
+
+from ..backend import FollowUp
 
 log = logging.getLogger("opentc_launcher")
 
-TIMEOUT = 300.0
+# Another tlparse than the one installed beside Python (a newer build, say).
+TLPARSE_VARIABLE = "OPENTC_TLPARSE"
 
 
-def tlparse_command() -> str | None:
-    """tlparse beside this Python (the venv's), else on PATH; None when it is not installed."""
+def tlparse_command(env: Mapping[str, str] = os.environ) -> str | None:
+    """$OPENTC_TLPARSE, else tlparse beside this Python (the venv's), else on PATH; None when it is not installed."""
+    chosen = env.get(TLPARSE_VARIABLE, "").strip()
+    if chosen:
+        return chosen
     beside = os.path.join(os.path.dirname(sys.executable), "tlparse")
     return beside if os.access(beside, os.X_OK) else shutil.which("tlparse")
 
 
-def render_trace_reports(trace_dir: str, out_dir: str) -> list[str]:
-    """tlparse's report of every trace file in `trace_dir`, into `out_dir`/<file>/; the reports written. Logs what
-    it could not do, and never raises: a missing report is no reason for a job to fail."""
+def render_commands(trace_dir: str, out_dir: str) -> list[FollowUp]:
+    """tlparse's report of every trace file in `trace_dir`, into `out_dir`/<file>/index.html. Logs why there is
+    nothing to run (no trace, no tlparse): a missing report is no reason for a job to fail."""
     try:
         traces = sorted(name for name in os.listdir(trace_dir) if name.endswith(".log"))
     except OSError:
@@ -33,20 +43,10 @@ def render_trace_reports(trace_dir: str, out_dir: str) -> list[str]:
         log.warning("debug mode: tlparse is not installed, so the traces in %s stay unrendered "
                     "(pip install tlparse, then: tlparse <trace>.log)", trace_dir)
         return []
-    written = []
+    commands = []
     for name in traces:
         target = os.path.join(out_dir, name[:-len(".log")])
-        try:
-            proc = subprocess.run([command, os.path.join(trace_dir, name), "-o", target, "--overwrite",
-                                   "--no-browser"], capture_output=True, text=True, timeout=TIMEOUT)
-        except (OSError, subprocess.SubprocessError) as e:
-            log.warning("debug mode: tlparse could not render %s: %s", name, e)
-            continue
-        index = os.path.join(target, "index.html")
-        if proc.returncode == 0 and os.path.isfile(index):
-            written.append(index)
-            log.info("debug mode: tlparse's report of %s is %s", name, index)
-        else:
-            log.warning("debug mode: tlparse could not render %s (exit code %d): %s", name, proc.returncode,
-                        (proc.stderr or proc.stdout).strip()[-500:])
-    return written
+        commands.append(FollowUp(
+            argv=(command, os.path.join(trace_dir, name), "-o", target, "--overwrite", "--no-browser"),
+            what=f"tlparse's report of {name}", product=os.path.join(target, "index.html")))
+    return commands

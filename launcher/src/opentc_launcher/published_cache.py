@@ -1,0 +1,271 @@
+"""A compilation cache that a job compiles into a copy of, and that is published back whole after a success.
+
+Some compilers write their cache in place and cannot recover from a damaged entry: Inductor has gcc write each
+kernel's `.so` straight to its final name and loads any file found there, so one stop during a link (a spot
+interruption, a SIGKILL) leaves a half-written library that every later job loads and fails on; the cache lives in
+/opt/ml/checkpoints, which SageMaker syncs to S3 and restores, so the damage would follow a project from job to job.
+Here the folder the workers use is a working copy; the published folder only ever changes by a complete
+replacement, and only after a job that succeeded:
+
+- `open()`, before the workers start: the published files are copied into the working folder, each checked against
+  the manifest that its publication wrote (size and SHA-256). A published cache that is damaged, or has no
+  manifest (written by hand, or before this check existed), is set aside (renamed `<name>.set-aside-<time>`, the
+  newest one kept for a look) and the job compiles from nothing: an unusable cache never fails a job that would
+  train without it. A read-only published folder is used as it is, and not updated.
+- `publish()`, after a successful job: the working folder is copied into `<name>.new-<random>` with its manifest
+  written last, then renamed into place (the old one renamed away first, then removed). A publication cut
+  between its two renames leaves a complete `.new-` folder, which the next `open()` adopts.
+
+Writers of one published folder (jobs sharing a checkpoints folder) take turns on a lock file beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .files import unwritable, write_json
+
+log = logging.getLogger("opentc_launcher")
+
+MANIFEST = ".opentc-manifest.json"
+MANIFEST_FORMAT = "opentc-cache-manifest/1"
+LOCK = ".opentc-publish.lock"
+# A writer's state, not part of a cache: lock files and folders, and temporary files (Inductor's `.<pid>.<tid>.tmp`,
+# Triton's `tmp.pid_<pid>_<id>` folders).
+_SKIPPED_FOLDERS = ("locks",)
+_SKIPPED_SUFFIXES = (".lock", ".tmp")
+_SKIPPED_PREFIXES = ("tmp.pid_",)
+_CHUNK = 1 << 20
+LOCK_WAIT = 120.0   # seconds: another job copying or publishing the same cache; nothing waits forever
+
+
+class LockBusy(OSError):
+    """Another job kept the publication lock longer than LOCK_WAIT."""
+
+
+class DamagedCache(Exception):
+    """The published cache cannot be used: the message says which file, and how it differs."""
+
+
+def _skipped(relative: str) -> bool:
+    parts = relative.split(os.sep)
+    return (parts[0] in _SKIPPED_FOLDERS or parts[-1] == MANIFEST or parts[-1].endswith(_SKIPPED_SUFFIXES)
+            or any(part.startswith(_SKIPPED_PREFIXES) for part in parts))
+
+
+def _files(folder: str) -> Iterator[str]:
+    """The cache's files under `folder`, relative to it (links and a writer's state left out)."""
+    for top, subfolders, names in os.walk(folder):
+        subfolders.sort()
+        for name in sorted(names):
+            path = os.path.join(top, name)
+            relative = os.path.relpath(path, folder)
+            if os.path.isfile(path) and not os.path.islink(path) and not _skipped(relative):
+                yield relative
+
+
+def _copy_hashing(source: str, target: str) -> tuple[int, str]:
+    """Copy one file (its folder made), returning its size and SHA-256."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    digest, size = hashlib.sha256(), 0
+    with open(source, "rb") as src, open(target, "xb") as dst:
+        for chunk in iter(lambda: src.read(_CHUNK), b""):
+            digest.update(chunk)
+            dst.write(chunk)
+            size += len(chunk)
+    shutil.copymode(source, target)
+    return size, digest.hexdigest()
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
+def _read_manifest(folder: str) -> dict[str, dict]:
+    """{relative path: {size, sha256}} from the folder's manifest; DamagedCache when it is missing or malformed."""
+    path = os.path.join(folder, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise DamagedCache(f"it has no manifest ({MANIFEST}), so its files cannot be checked (written by hand, by "
+                           f"another tool, or before this check existed)") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise DamagedCache(f"its manifest {MANIFEST} cannot be read ({type(e).__name__}: {e})") from None
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT else None
+    if not isinstance(files, dict):
+        raise DamagedCache(f"its manifest {MANIFEST} is not of format {MANIFEST_FORMAT}")
+    for relative, entry in files.items():
+        inside = (isinstance(relative, str) and relative and not os.path.isabs(relative)
+                  and os.path.normpath(relative) == relative and os.pardir not in relative.split(os.sep))
+        if not inside or not isinstance(entry, dict) or not isinstance(entry.get("size"), int) \
+                or not isinstance(entry.get("sha256"), str):
+            raise DamagedCache(f"its manifest {MANIFEST} lists {relative!r} with {entry!r}, which is not a file "
+                               f"inside the cache with its size and SHA-256")
+    return files
+
+
+@dataclass
+class WorkingCopy:
+    """The published cache folder and the working folder the workers compile in (see the module's docstring)."""
+
+    published: str
+    working: str
+    writable: bool = False     # whether publish() can replace the published folder (known after open())
+
+    @property
+    def root(self) -> str:
+        return os.path.dirname(self.published)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.published)
+
+    # -- before the workers --------------------------------------------------------------------------------------
+    def open(self) -> str:
+        """Fill the working folder from the published cache, or start it empty; what was found, for the log. Raises
+        only OSError for the working folder itself (the launcher's own scratch space)."""
+        started = time.monotonic()
+        os.makedirs(self.working, exist_ok=True)
+        self.writable = unwritable(self.root) is None
+        try:
+            with self._lock():
+                if self.writable:
+                    self._recover_interrupted_publication()
+                said = self._fill()
+        except LockBusy as e:
+            self.writable = False
+            return f"not used: {e}; compiling from nothing, and not publishing"
+        if not self.writable:
+            said += (f"; {self.root} is not writable, so the cache is used as it is and this job's new entries are "
+                     f"not kept")
+        return f"{said} ({time.monotonic() - started:.2f} s)"
+
+    def _fill(self) -> str:
+        if not os.path.isdir(self.published):
+            return f"cold: nothing published in {self.published} yet"
+        try:
+            count, size = self._copy_checked()
+        except DamagedCache as e:
+            shutil.rmtree(self.working, ignore_errors=True)
+            os.makedirs(self.working, exist_ok=True)
+            return f"set aside: {self.published} cannot be used, {e}; {self._set_aside()}; compiling from nothing"
+        except OSError as e:
+            shutil.rmtree(self.working, ignore_errors=True)
+            os.makedirs(self.working, exist_ok=True)
+            return f"not used: {self.published} could not be read ({type(e).__name__}: {e}); compiling from nothing"
+        return f"warm: {count} files ({_size(size)}) checked against its manifest and copied"
+
+    def _copy_checked(self) -> tuple[int, int]:
+        manifest = _read_manifest(self.published)
+        total = 0
+        for relative, entry in sorted(manifest.items()):
+            source = os.path.join(self.published, relative)
+            if os.path.islink(source) or not os.path.isfile(source):
+                raise DamagedCache(f"{relative} is missing (or not a regular file)")
+            size, digest = _copy_hashing(source, os.path.join(self.working, relative))
+            if size != entry["size"] or digest != entry["sha256"]:
+                raise DamagedCache(f"{relative} is damaged ({size} bytes where {entry['size']} were published, or "
+                                   f"other contents)")
+            total += size
+        return len(manifest), total
+
+    def _set_aside(self) -> str:
+        if not self.writable:
+            return "left in place (its folder is not writable)"
+        target = f"{self.published}.set-aside-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+        try:
+            os.rename(self.published, target)
+        except OSError as e:
+            return f"could not be set aside ({e})"
+        for older in self._siblings(".set-aside-"):
+            if older != target:
+                shutil.rmtree(older, ignore_errors=True)
+        return f"set aside as {target}"
+
+    def _recover_interrupted_publication(self) -> None:
+        complete = [p for p in self._siblings(".new-") if os.path.isfile(os.path.join(p, MANIFEST))]
+        if not os.path.isdir(self.published) and complete:
+            newest = max(complete, key=os.path.getmtime)
+            os.rename(newest, self.published)
+            log.info("compilation cache: adopted %s, a publication cut short by a stop", newest)
+        for leftover in self._siblings(".new-") + self._siblings(".old-"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    # -- after a successful job ----------------------------------------------------------------------------------
+    def publish(self) -> str:
+        """Make the working folder the published cache; what was done, for the log. Raises OSError (having removed
+        what it wrote) when the published folder cannot be written."""
+        if not self.writable:
+            return f"not published: {self.root} is not writable"
+        started = time.monotonic()
+        staged = tempfile.mkdtemp(prefix=f"{self.name}.new-", dir=self.root)
+        try:
+            os.chmod(staged, 0o755)   # as os.makedirs would have made it (mkdtemp's is private)
+            files, total = {}, 0
+            for relative in _files(self.working):
+                size, digest = _copy_hashing(os.path.join(self.working, relative), os.path.join(staged, relative))
+                files[relative] = {"size": size, "sha256": digest}
+                total += size
+            # Last: a folder with its manifest is complete.
+            write_json(os.path.join(staged, MANIFEST), {"format": MANIFEST_FORMAT, "files": files})
+            with self._lock():
+                previous = f"{self.published}.old-{uuid.uuid4().hex}"
+                replaced = os.path.isdir(self.published)
+                if replaced:
+                    os.rename(self.published, previous)
+                os.rename(staged, self.published)
+            if replaced:
+                shutil.rmtree(previous, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        return f"published {len(files)} files ({_size(total)}) to {self.published} ({time.monotonic() - started:.2f} s)"
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+    def _siblings(self, marker: str) -> list[str]:
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return []
+        prefix = self.name + marker
+        return [os.path.join(self.root, n) for n in names if n.startswith(prefix)]
+
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """The publication lock beside the published folder (no lock where the folder cannot be written); waits at
+        most LOCK_WAIT seconds for another job, then raises LockBusy."""
+        if not self.writable:
+            yield
+            return
+        fd = os.open(os.path.join(self.root, LOCK), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            deadline = time.monotonic() + LOCK_WAIT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockBusy(f"another job has held {os.path.join(self.root, LOCK)} for over "
+                                       f"{LOCK_WAIT:g} s") from None
+                    time.sleep(0.2)
+            yield
+        finally:
+            os.close(fd)

@@ -1,0 +1,115 @@
+"""A device a launch cannot use is refused the same way wherever the choice was made: `opentc-run` and
+`opentc-worker` (on its own, or handed options by some other launcher) check it against the same GPU count, read
+from NVML as torch reads it, without importing torch before the script.
+
+No GPU exists here: a stub libnvidia-ml.so.1 built with gcc stands in for the driver's library (loaded through
+LD_LIBRARY_PATH, as the NVIDIA container runtime mounts the real one), reporting the GPUs STUB_NVML_GPUS says.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BIN, SCRIPTS, clean_env
+
+STUB = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <stddef.h>
+static unsigned int gpus(void) { const char *n = getenv("STUB_NVML_GPUS"); return n ? (unsigned) atoi(n) : 0; }
+int nvmlInit_v2(void) { return getenv("STUB_NVML_BROKEN") ? 1 : 0; }
+int nvmlDeviceGetCount_v2(unsigned int *count) { *count = gpus(); return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **handle) {
+    if (index >= gpus()) return 2;
+    *handle = (void *) (size_t) (index + 1); return 0;
+}
+int nvmlDeviceGetUUID(void *handle, char *uuid, unsigned int length) {
+    snprintf(uuid, length, "GPU-%04zu-stub", (size_t) handle - 1); return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def nvml(tmp_path_factory):
+    """A folder holding the stub libnvidia-ml.so.1."""
+    folder = tmp_path_factory.mktemp("driver")
+    (folder / "stub.c").write_text(STUB)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o",
+                    str(folder / "libnvidia-ml.so.1"), str(folder / "stub.c")], check=True)
+    return folder
+
+
+def driver_env(nvml, gpus, **extra):
+    env = clean_env(LD_LIBRARY_PATH=str(nvml), STUB_NVML_GPUS=str(gpus), **extra)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(extra)
+    return env
+
+
+def counted(env) -> int:
+    done = subprocess.run([sys.executable, "-c", "from opentc_launcher.gpus import visible_gpu_count as c; "
+                                                 "import sys; print(c(), 'torch' in sys.modules)"],
+                          env=env, capture_output=True, text=True, timeout=60, check=True)
+    count, torch_imported = done.stdout.split()
+    assert torch_imported == "False"      # counting never imports torch
+    return int(count)
+
+
+@pytest.mark.parametrize("visible,expected", [
+    (None, 2), ("", 0), ("1", 1), ("0,1", 2), ("1,0,5", 2), ("5,0", 0), ("0,0", 0), ("0,-1,1", 1), ("1gpu", 1),
+    ("GPU-0001", 1), ("GPU-0001-stub,GPU-0000", 2), ("GPU-00", 0), ("GPU-0001,0", 1), ("GPU-9", 0), ("MIG-a,MIG-b", 2),
+], ids=lambda v: repr(v))
+def test_gpus_are_counted_as_torch_counts_them(nvml, visible, expected):
+    extra = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert counted(driver_env(nvml, 2, **extra)) == expected
+
+
+def test_no_driver_means_no_gpu(nvml):
+    assert counted(driver_env(nvml, 2, STUB_NVML_BROKEN="1")) == 0     # NVML does not start
+    env = clean_env()
+    env.pop("LD_LIBRARY_PATH", None)
+    env["LD_LIBRARY_PATH"] = str(nvml.parent / "nowhere")
+    if subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout.count("libnvidia-ml.so.1") == 0:
+        assert counted(env) == 0                                       # no library at all (a machine without GPUs)
+
+
+REFUSED = [
+    ("eager", "cuda", "no GPU visible: device cuda asks for plain PyTorch on a GPU"),
+    ("inductor", "cuda", "no GPU visible: device cuda asks for TorchInductor on a GPU"),
+    ("xla", "cuda", "no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA"),
+    ("inductor", "tpu", "device 'tpu' is not accepted for TorchInductor: use cuda or cpu"),
+    ("eager", "tpu", "device 'tpu' is not accepted for plain PyTorch: use cuda or cpu"),
+]
+
+
+@pytest.mark.parametrize("launcher", ["opentc-worker", "opentc-run"])
+@pytest.mark.parametrize("backend,device,expected", REFUSED, ids=[f"{b}-{d}" for b, d, _ in REFUSED])
+def test_a_device_the_launch_cannot_use_is_refused_by_every_launcher(nvml, tmp_path, launcher, backend, device,
+                                                                     expected):
+    error_file = tmp_path / "error.json"
+    prefix = [BIN / "opentc-worker"] if launcher == "opentc-worker" else \
+        [BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--failure-report", error_file]
+    argv = [*prefix, "--backend", backend, "--device", device, "--compile-report-dir", tmp_path / "report",
+            SCRIPTS / "argv_echo.py"]
+    env = driver_env(nvml, 0, SM_MODEL_DIR=str(tmp_path), TORCHELASTIC_ERROR_FILE=str(error_file))
+    result = subprocess.run([str(a) for a in argv], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert expected in result.stdout, result.stdout[-3000:]
+    assert not (tmp_path / "argv.json").exists()              # the script never ran
+    assert not (tmp_path / "report").exists()                 # and no report names a device it never used
+    record = json.loads(error_file.read_text())
+    assert expected in json.dumps(record)
+
+
+def test_a_device_the_worker_can_use_is_applied(nvml, tmp_path):
+    """The positive side of the same check: with one GPU visible, `--device cuda` runs the script (which never
+    touches the stub's GPU)."""
+    result = subprocess.run([str(BIN / "opentc-worker"), "--backend", "eager", "--device", "cuda",
+                             str(SCRIPTS / "argv_echo.py"), "--x", "1"],
+                            env=driver_env(nvml, 1, SM_MODEL_DIR=str(tmp_path)), cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert json.loads((tmp_path / "argv.json").read_text()) == ["--x", "1"]
