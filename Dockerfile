@@ -1,11 +1,16 @@
-# opentc: SageMaker Training Compiler rebuilt on PyTorch 2.7 + PyTorch/XLA 2.7 (PJRT) and torch.compile
-# (TorchInductor). README.md, "The image".
-# One image for CPU and GPU, from PyPI and Debian's packages only:
-#   DOCKER_BUILDKIT=1 docker build -t opentc .
-#   dev/container-engine build     (CI: the same Dockerfile on a debootstrapped Debian 12, no registry needed)
-# XLA:CUDA comes from PyPI: torch-xla's PJRT plugin interface loads NVIDIA's PJRT plugin (jax-cuda12-pjrt),
-# the CUDA libraries are torch's nvidia-* wheels, and the driver comes from the host (the NVIDIA container
-# runtime, or SageMaker). So the base needs no CUDA: plain Debian 12 with its Python 3.11.
+# opentc: SageMaker Training Compiler rebuilt on open components, in two flavours from this one file (README.md,
+# "Which image"):
+#   xla       (the default) torch 2.7 + PyTorch/XLA 2.7 (PJRT; XLA:CUDA through NVIDIA's PJRT plugin) and
+#             torch.compile (TorchInductor): what AWS's Training Compiler ran, pinned where XLA:CUDA ends
+#   inductor  current PyTorch with torch.compile (TorchInductor, Triton on GPUs): no torch-xla, no PJRT plugin
+# Each flavour's pins are stacks/<flavour>.txt (with the shared ones in constraints.txt); dev/flavour turns them into
+# the build arguments and tags below:
+#   DOCKER_BUILDKIT=1 docker build -t opentc .                                    (xla)
+#   DOCKER_BUILDKIT=1 docker build $(dev/flavour inductor build-args | sed 's/^/--build-arg /') -t opentc:inductor .
+#   dev/container-engine build [FLAVOUR]     (CI: the same Dockerfile on a debootstrapped Debian 12, no registry)
+# Everything comes from PyPI and Debian's packages: torch's own nvidia-* wheels are the CUDA libraries, and the
+# driver comes from the host (the NVIDIA container runtime, or SageMaker). So the base needs no CUDA: plain Debian 12
+# with its Python 3.11.
 # Behind a TLS-intercepting proxy add `--secret id=ca,src=<CA bundle>`: pip uses it, no layer keeps it.
 # No `# syntax=` line: it would pull a frontend image, and the builder's own BuildKit has what is used here.
 
@@ -32,6 +37,8 @@ RUN --mount=type=secret,id=ca \
 
 FROM ${BASE_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive
+# Which stack: stacks/${FLAVOUR}.txt (xla or inductor).
+ARG FLAVOUR=xla
 # libpython3.11: torch_xla's extension links against it. tini: PID 1 that forwards SIGTERM to `train`.
 # g++ (with gcc) and libpython3.11-dev (Python.h): the Inductor backend compiles C++ kernels on CPUs, and Triton
 # builds its launchers with gcc and Python.h on GPUs (Triton brings its own ptxas). The minimum: build-essential,
@@ -47,18 +54,24 @@ RUN apt-get update \
 # /opt/ml exists even with no job mounted: sagemaker-training writes to ~/sagemaker_local/ when it is missing.
 ENV VIRTUAL_ENV=/opt/venv
 ENV PATH=/opt/venv/bin:${PATH}
-COPY constraints.txt /opt/opentc/constraints.txt
+# /opt/opentc/constraints.txt: the shared pins and this flavour's stack in one file, for derived images.
+COPY constraints.txt /opt/opentc/shared-constraints.txt
+COPY stacks/${FLAVOUR}.txt /opt/opentc/stack.txt
 RUN --mount=type=secret,id=ca \
     { [ ! -f /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
+ && cat /opt/opentc/shared-constraints.txt /opt/opentc/stack.txt > /opt/opentc/constraints.txt \
+ && rm /opt/opentc/shared-constraints.txt /opt/opentc/stack.txt \
  && python3 -m venv "$VIRTUAL_ENV" \
  && mkdir -p /opt/ml \
  && pip install --no-cache-dir -c /opt/opentc/constraints.txt pip setuptools wheel
 
-# The heaviest layer first, so it is reused while the rest changes: torch (with its CUDA libraries), torch-xla,
-# the XLA:CUDA plugin and its ptxas, at the pins in constraints.txt.
-RUN --mount=type=secret,id=ca \
+# The heaviest layer first, so it is reused while the rest changes: the flavour's stack, every package its stack
+# file pins (xla: torch with its CUDA libraries, torch-xla, the XLA:CUDA plugin and its ptxas; inductor: torch).
+RUN --mount=type=secret,id=ca --mount=type=bind,source=stacks,target=/tmp/stacks \
     { [ ! -f /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
- && pip install --no-cache-dir -c /opt/opentc/constraints.txt torch torch-xla jax-cuda12-pjrt nvidia-cuda-nvcc-cu12
+ && sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*\)==.*/\1/p' "/tmp/stacks/${FLAVOUR}.txt" > /tmp/stack-packages.txt \
+ && pip install --no-cache-dir -c /opt/opentc/constraints.txt -r /tmp/stack-packages.txt \
+ && rm /tmp/stack-packages.txt
 
 RUN --mount=type=secret,id=ca --mount=type=bind,from=wheels,source=/wheels,target=/tmp/wheels \
     { [ ! -f /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
@@ -73,7 +86,7 @@ RUN --mount=type=bind,source=launcher,target=/tmp/opentc/launcher,rw \
     --mount=type=bind,source=compare,target=/tmp/opentc/compare,rw \
     --mount=type=bind,source=toolkit,target=/tmp/opentc/toolkit,rw \
     pip install --no-cache-dir --no-build-isolation -c /opt/opentc/constraints.txt \
-      /tmp/opentc/launcher /tmp/opentc/compare /tmp/opentc/toolkit \
+      "/tmp/opentc/launcher[${FLAVOUR}]" /tmp/opentc/compare /tmp/opentc/toolkit \
  && pip check \
  && grep -q "from opentc_toolkit.entry import main" /opt/venv/bin/train \
  && python -m opentc_toolkit.stack > /opt/opentc/stack-constraints.txt
@@ -83,7 +96,8 @@ COPY sample/job /opt/opentc/sample-job
 
 # The labels' claims, checked against what pip installed (a mismatch fails the build, and so does an XLA:CUDA
 # plugin whose PJRT C API version is not the one torch-xla expects), recorded in /opt/opentc/image.json for
-# help.py. CI's stand-in build overrides BASE_IMAGE only.
+# help.py. The defaults are the xla flavour's (dev/flavour xla build-args; a test keeps them equal); dev/flavour
+# gives the inductor flavour's ("none": not in that image). CI's stand-in build also overrides BASE_IMAGE.
 ARG BASE_IMAGE
 ARG SOURCE_URL=https://github.com/opentc/opentc
 ARG OPENTC_VERSION=0.1.0
@@ -95,21 +109,25 @@ ARG CUDA_VERSION=12.6
 ARG PTXAS_VERSION=12.6.85
 ARG PYTHON_VERSION=3.11
 ARG OS_VERSION=debian12
+ARG XLA_IMAGE_TAG=2.7.0-xla-gpu-py311-cu126-debian12-sagemaker
+ARG XLA_CUDA="PJRT plugin jax-cuda12-pjrt ${PJRT_PLUGIN_VERSION} (PJRT C API ${PJRT_C_API_VERSION})"
 RUN --mount=type=bind,source=container/build_info.py,target=/tmp/build_info.py \
-    python /tmp/build_info.py /opt/opentc/image.json "opentc=${OPENTC_VERSION}" "torch=${TORCH_VERSION}" \
-      "torch-xla=${TORCH_XLA_VERSION}" "jax-cuda12-pjrt=${PJRT_PLUGIN_VERSION}" \
+    python /tmp/build_info.py /opt/opentc/image.json "flavour=${FLAVOUR}" "opentc=${OPENTC_VERSION}" \
+      "torch=${TORCH_VERSION}" "torch-xla=${TORCH_XLA_VERSION}" "jax-cuda12-pjrt=${PJRT_PLUGIN_VERSION}" \
       "pjrt-c-api=${PJRT_C_API_VERSION}" "cuda=${CUDA_VERSION}" "ptxas=${PTXAS_VERSION}" \
-      "python=${PYTHON_VERSION}" "os=${OS_VERSION}" "base=${BASE_IMAGE}" "source=${SOURCE_URL}"
+      "python=${PYTHON_VERSION}" "os=${OS_VERSION}" "base=${BASE_IMAGE}" "source=${SOURCE_URL}" \
+      "xla-image-tag=${XLA_IMAGE_TAG}"
 
 LABEL org.opencontainers.image.title="opentc" \
-      org.opencontainers.image.description="SageMaker Training Compiler on PyTorch/XLA (PJRT) and TorchInductor" \
+      org.opencontainers.image.description="SageMaker Training Compiler on open compilers (${FLAVOUR} flavour)" \
       org.opencontainers.image.version="${OPENTC_VERSION}" \
       org.opencontainers.image.source="${SOURCE_URL}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opentc.flavour="${FLAVOUR}" \
       org.opentc.torch="${TORCH_VERSION}" \
       org.opentc.torch-xla="${TORCH_XLA_VERSION}" \
-      org.opentc.xla-cuda="PJRT plugin jax-cuda12-pjrt ${PJRT_PLUGIN_VERSION} (PJRT C API ${PJRT_C_API_VERSION})" \
+      org.opentc.xla-cuda="${XLA_CUDA}" \
       org.opentc.cuda="${CUDA_VERSION}" \
       org.opentc.ptxas="${PTXAS_VERSION}" \
       org.opentc.python="${PYTHON_VERSION}" \
@@ -119,9 +137,12 @@ LABEL org.opencontainers.image.title="opentc" \
 # and keeps any that are already set, so none of them is set here: a value here would look like the user's
 # choice. SAGEMAKER_TRAINING_MODULE: sagemaker-training's own entry (python -m sagemaker_training.cli.train), if
 # someone runs it, lands in the toolkit.
+# OPENTC_XLA_IMAGE_TAG: the xla image's tag, which the inductor image names when a job asks it for XLA (the
+# toolkit decides by what is installed, never by this).
 ENV SAGEMAKER_TRAINING_MODULE=opentc_toolkit.entry:main \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    OPENTC_XLA_IMAGE_TAG=${XLA_IMAGE_TAG}
 # Runtime defaults the toolkit does not manage:
 # - LANG: minimal bases have no locale; C.UTF-8 is built into glibc, so tools print non-ASCII text.
 # - NVIDIA_*: the NVIDIA runtime mounts the driver (libcuda) and nvidia-smi into the container only when

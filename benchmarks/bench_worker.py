@@ -1,14 +1,19 @@
 """One measurement in a fresh process (so compile caches and imports never leak between measurements).
 
     python bench_worker.py --runtime eager|xla|inductor --config tiny --seq 64 --batch 8 --steps 20 [--dynamic]
-                           [--cache-dir D]
+                           [--cache-dir D] [--dtype bf16]
 
 Prints one JSON line: median steady-state step time, tokens/s, graphs compiled, compile seconds, peak memory, and
 the time from BENCH_T0 (the parent's clock when it started this process) to the end of the first step.
 Inductor compiles the model with torch.compile (default mode), its caches in --cache-dir when given.
+--dtype bf16 runs the forward pass under bf16 autocast (mixed precision; the weights stay float32).
+Started by a launcher with several workers (WORLD_SIZE > 1: opentc-run, torchrun), it trains with
+DistributedDataParallel over NCCL on GPUs (gloo on CPUs), compiled as DDP(torch.compile(model)); rank 0 prints
+the line, with the world size, and tokens/s for the whole world.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -21,8 +26,11 @@ CONFIGS = {
     "tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_inner": 256},
     # A small GPT-2: a quarter of GPT-2 small's depth and a third of its width.
     "small": {"n_layer": 4, "n_head": 4, "n_embd": 256, "n_inner": 1024},
+    # GPT-2 small itself (124M parameters with its vocabulary): what the GPU figures use.
+    "gpt2": {"n_layer": 12, "n_head": 12, "n_embd": 768},
 }
 VOCAB = 2048
+VOCABS = {"gpt2": 50257}   # GPT-2's own; the smaller models keep a small vocabulary, as CPUs need
 
 
 def main():
@@ -35,6 +43,7 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--dynamic", action="store_true", help="a different sequence length at every step")
     p.add_argument("--cache-dir", default="")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     args = p.parse_args()
     t0 = float(os.environ.get("BENCH_T0", time.time()))
     if args.runtime == "inductor":   # read when Inductor first compiles; without --cache-dir a cold one of its own
@@ -58,16 +67,25 @@ def main():
             torch_xla.sync()
             xm.wait_device_ops()
     else:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
 
         def finish_step():
             if device.type == "cuda":
                 torch.cuda.synchronize()
 
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCAB, n_positions=args.seq, resid_pdrop=0.0, embd_pdrop=0.0,
+    vocab = VOCABS.get(args.config, VOCAB)
+    config = GPT2Config(vocab_size=vocab, n_positions=args.seq, resid_pdrop=0.0, embd_pdrop=0.0,
                         attn_pdrop=0.0, **CONFIGS[args.config])
     model = GPT2LMHeadModel(config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -79,16 +97,23 @@ def main():
         callback.on_compile_start(lambda *_: started.append(time.perf_counter()))
         callback.on_compile_end(lambda *_: compile_seconds.append(time.perf_counter() - started.pop()))
         model = torch.compile(model)
-    generator = torch.Generator().manual_seed(0)
+    if world > 1:   # after compiling: DDP(torch.compile(model)) is the order that compiles (README)
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if args.dtype == "bf16" else
+                contextlib.nullcontext())
+    generator = torch.Generator().manual_seed(int(os.environ.get("RANK", "0")))
     lengths = [args.seq - 8 * (i % 8) for i in range(args.warmup + args.steps)] if args.dynamic else None
 
     times, tokens, first_step_end = [], [], None
     for step in range(args.warmup + args.steps):
         length = lengths[step] if lengths else args.seq
-        batch = torch.randint(0, VOCAB, (args.batch, length), generator=generator)
+        batch = torch.randint(0, vocab, (args.batch, length), generator=generator)
         start = time.perf_counter()
         batch = batch.to(device)
-        loss = model(input_ids=batch, labels=batch).loss
+        with autocast:
+            loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -98,11 +123,11 @@ def main():
             first_step_end = time.time()
         if step >= args.warmup:
             times.append(elapsed)
-            tokens.append(args.batch * length)
+            tokens.append(args.batch * length * world)
 
     result = {
         "runtime": args.runtime, "config": args.config, "device": str(device), "batch": args.batch,
-        "seq": args.seq, "dynamic": args.dynamic, "steps": args.steps,
+        "seq": args.seq, "dynamic": args.dynamic, "steps": args.steps, "dtype": args.dtype, "world": world,
         "median_step_s": statistics.median(times),
         "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times, strict=True)),
         "first_step_done_s": first_step_end - t0,
@@ -120,6 +145,12 @@ def main():
         result.update(graphs_compiled=int(counters["inductor"]["fxgraph_cache_miss"]),
                       compile_s=sum(compile_seconds),
                       cache_hits=int(counters["inductor"]["fxgraph_cache_hit"]))
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        if int(os.environ.get("RANK", "0")) != 0:
+            return
     print("BENCH_RESULT " + json.dumps(result), flush=True)
 
 

@@ -2,8 +2,8 @@
 writes /opt/opentc/image.json (read by help.py). A mismatch fails the build, so the labels cannot go stale;
 so does an XLA:CUDA plugin that does not speak the PJRT C API version torch-xla expects.
 
-usage: build_info.py OUTPUT.json KEY=VALUE...   keys: opentc torch torch-xla jax-cuda12-pjrt pjrt-c-api cuda
-       ptxas python (checked), base os source (recorded as given)
+usage: build_info.py OUTPUT.json KEY=VALUE...   keys: flavour opentc torch torch-xla jax-cuda12-pjrt pjrt-c-api cuda
+       ptxas python (checked; "none": not installed in this flavour), base os source xla-image-tag (recorded)
 """
 
 import importlib.metadata as metadata
@@ -15,13 +15,36 @@ import sys
 
 import torch
 
-from opentc_launcher.xla.cuda import PluginUnusable, check_cuda_plugin, plugin_api_version
-
 CHECKED = ("opentc", "torch", "torch-xla", "jax-cuda12-pjrt", "pjrt-c-api", "cuda", "ptxas")
+NONE = "none"
+
+
+def installed(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return NONE
+
+
+def pjrt_api(problems: list[str]) -> str:
+    """The XLA:CUDA plugin's PJRT C API version, checked against torch-xla's; none without torch-xla."""
+    if installed("torch-xla") == NONE:
+        return NONE
+    from opentc_launcher.xla.cuda import PluginUnusable, check_cuda_plugin, plugin_api_version
+
+    try:
+        major, minor = plugin_api_version(check_cuda_plugin())
+    except PluginUnusable as e:
+        problems.append(str(e))
+        return "unusable"
+    return f"{major}.{minor}"
 
 
 def ptxas_version() -> str:
-    """The version ptxas reports (`Cuda compilation tools, release 12.6, V12.6.85`), or why it did not run."""
+    """The version XLA's ptxas reports (`Cuda compilation tools, release 12.6, V12.6.85`), or why it did not run;
+    none without nvidia-cuda-nvcc-cu12 (Triton brings its own)."""
+    if installed("nvidia-cuda-nvcc-cu12") == NONE:
+        return NONE
     import nvidia.cuda_nvcc
 
     ptxas = os.path.join(list(nvidia.cuda_nvcc.__path__)[0], "bin", "ptxas")
@@ -35,20 +58,15 @@ def ptxas_version() -> str:
 
 
 def main(output: str, claims: dict[str, str]) -> int:
-    problems = []
-    try:
-        plugin = check_cuda_plugin()
-        major, minor = plugin_api_version(plugin)
-        api = f"{major}.{minor}"
-    except PluginUnusable as e:
-        problems.append(str(e))
-        api = "unusable"
+    problems: list[str] = []
+    api = pjrt_api(problems)
     found = {
+        "flavour": claims["flavour"],
         "opentc": metadata.version("opentc-toolkit"),
         "opentc-launcher": metadata.version("opentc-launcher"),
         "torch": metadata.version("torch"),
-        "torch-xla": metadata.version("torch-xla"),
-        "jax-cuda12-pjrt": metadata.version("jax-cuda12-pjrt"),
+        "torch-xla": installed("torch-xla"),
+        "jax-cuda12-pjrt": installed("jax-cuda12-pjrt"),
         "pjrt-c-api": api,
         "cuda": torch.version.cuda or "none",
         "ptxas": ptxas_version(),
@@ -69,7 +87,9 @@ def main(output: str, claims: dict[str, str]) -> int:
               file=sys.stderr)
         return 1
     info = {**found, **{k: v for k, v in claims.items() if k not in found},
-            "xla-cuda": f"PJRT plugin jax-cuda12-pjrt {found['jax-cuda12-pjrt']} (PJRT C API {api})"}
+            "xla-cuda": (f"PJRT plugin jax-cuda12-pjrt {found['jax-cuda12-pjrt']} (PJRT C API {api})"
+                         if api != NONE else NONE),
+            "cuda-architectures": torch._C._cuda_getArchFlags() or NONE}
     with open(output, "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, sort_keys=True)
     print(json.dumps(info, indent=2, sort_keys=True))

@@ -90,6 +90,20 @@ def read_only(folder: Path):
         subprocess.run(["umount", str(folder)], check=True)
 
 
+def no_torch_xla(folder: Path) -> str:
+    """A PYTHONPATH entry whose sitecustomize makes `import torch_xla` fail in every process that uses it: an
+    environment without torch-xla (the inductor image, a GPU machine with a newer torch) on this machine."""
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class NoTorchXla(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'torch_xla' or name.startswith('torch_xla.'):\n"
+        "            raise ModuleNotFoundError(f\"No module named '{name}'\", name=name)\n"
+        "sys.meta_path.insert(0, NoTorchXla())\n")
+    return str(folder)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 import pytest
 
-from conftest import SCRIPTS, logged_failure, run_train
+from conftest import SCRIPTS, logged_failure, no_torch_xla, run_train
 from opentc_launcher import exit_codes
 from opentc_launcher.errors import shown
 from opentc_toolkit.aws_launcher import adapt_aws_launcher, convert_arguments
@@ -201,3 +201,14 @@ def test_a_launcher_job_that_cannot_run_says_what_to_change(make_job, hyperparam
 def test_several_workers_asked_by_num_gpus_follow_the_cpu_rules(make_job):
     job = aws_era_job(make_job, training_script=TRAIN_SCRIPT, num_gpus=2)
     assert_refused(job, run_train(job, timeout=60), "2 workers on PJRT_DEVICE=CPU")
+
+
+def test_in_an_image_without_torch_xla_an_aws_era_job_is_refused_naming_the_xla_image(make_job, tmp_path):
+    """The inductor image (torch_xla not importable here): an sm_dist job is XLA code, so it gets the installed-compiler
+    refusal before anything runs, not an ImportError in its script."""
+    job = aws_era_job(make_job, training_script=TRAIN_SCRIPT)
+    result = run_train(job, timeout=120, PYTHONPATH=no_torch_xla(tmp_path / "blocker"),
+                       OPENTC_XLA_IMAGE_TAG="2.7.0-xla-gpu-py311-cu126-debian12-sagemaker-v0.1.0")
+    assert_refused(job, result, 'hyperparameter sagemaker_training_compiler_backend="xla" cannot run in this image',
+                   "use the xla image (tag 2.7.0-xla-gpu-py311-cu126-debian12-sagemaker-v0.1.0)")
+    assert "on XLA, which its script was written for" in result.output

@@ -43,3 +43,12 @@ def test_committed_job_results_render_as_the_results_file_shows():
     table = job_benchmark.render(results)
     assert table == results["table"]
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_committed_torch_version_results_render_as_the_results_file_shows():
+    import torch_versions_benchmark
+
+    results = json.loads((REPO / "benchmarks" / "results" / "torch-versions.json").read_text())
+    table = torch_versions_benchmark.render(results)
+    assert table == results["table"]
+    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()

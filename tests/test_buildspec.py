@@ -28,7 +28,15 @@ PHASES = ("install", "pre_build", "build", "post_build")
 ACCOUNT, REGION = "123456789012", "us-west-2"
 REGISTRY = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
 VERSION = re.search(r'^version = "(.+)"', (REPO / "toolkit" / "pyproject.toml").read_text(), re.M)[1]
-TAG = f"{VERSION}-gpu-py311-cu126-debian12-sagemaker"
+FLAVOURS = ("xla", "inductor")
+
+
+def flavour(*args: str) -> str:
+    return subprocess.run([str(REPO / "dev" / "flavour"), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+TAGS = {name: flavour(name, "tag", VERSION) for name in FLAVOURS}
 
 STUB = """\
 #!{python}
@@ -169,25 +177,31 @@ def test_the_schema_rejects_likely_mistakes(mutate, complaint):
         jsonschema.validate(spec, SCHEMA)
 
 
-def test_dry_run_logs_in_builds_tests_and_pushes_the_dlc_style_tag(tmp_path):
+def test_dry_run_logs_in_builds_tests_and_pushes_both_flavours_with_dlc_style_tags(tmp_path):
     run = DryRun(tmp_path, load())
     assert run.exit_codes == [0] * len(run.commands), run.output
-    uri = f"{REGISTRY}/opentc:{TAG}"
+    uris = {name: f"{REGISTRY}/opentc:{tag}" for name, tag in TAGS.items()}
+    assert uris["xla"].endswith(f"-xla-gpu-py311-cu126-debian12-sagemaker-v{VERSION}")
+    assert uris["inductor"].endswith(f"-inductor-gpu-py311-cu130-debian12-sagemaker-v{VERSION}")
     assert run.argvs("aws") == [["aws", "ecr", "get-login-password", "--region", REGION]]
     login = [c for c in run.calls if c["argv"][:2] == ["docker", "login"]]
     assert [c["argv"] for c in login] == [["docker", "login", "--username", "AWS", "--password-stdin", REGISTRY]]
     assert login[0]["stdin"].strip() == "stub-ecr-password"      # the password went through the pipe
-    [build] = run.argvs("docker", "build")
-    assert build[-3:] == ["--tag", uri, "."]
-    args = build_args(build)
-    assert args["OPENTC_VERSION"] == VERSION and args["SOURCE_URL"] == "https://example.com/opentc.git"
-    assert not {"BASE_IMAGE", "TORCH_XLA_SPEC"} & set(args), "the GPU image uses the Dockerfile's defaults"
-    assert ["docker", "run", "--rm", uri] in run.argvs("docker", "run")                  # the help
-    assert any(argv[4:6] == ["python", "-c"] for argv in run.argvs("docker", "run", "--rm", uri))
+    builds = run.argvs("docker", "build")
+    assert [build[-3:] for build in builds] == [["--tag", uris[name], "."] for name in FLAVOURS]
+    for name, build in zip(FLAVOURS, builds, strict=True):
+        args = build_args(build)
+        wanted = dict(line.split("=", 1) for line in flavour(name, "build-args", VERSION).splitlines())
+        assert {key: args.get(key) for key in wanted} == wanted, name      # the stack file's versions
+        assert args["OPENTC_VERSION"] == VERSION and args["SOURCE_URL"] == "https://example.com/opentc.git"
+        assert "BASE_IMAGE" not in args, "the GPU images use the Dockerfile's base"
+    assert ["docker", "run", "--rm", uris["xla"]] in run.argvs("docker", "run")                  # the help
+    for uri in uris.values():
+        assert any(argv[4:6] == ["python", "-c"] for argv in run.argvs("docker", "run", "--rm", uri))
     assert "container tests skipped: OPENTC_CONTAINER_TESTS=skip" in run.output          # pytest found them
-    assert "GPU gate skipped: no GPU visible on this host" in run.output                 # a CPU build host
+    assert run.output.count("GPU gate skipped: no GPU visible on this host") == 2        # a CPU build host
     assert not [argv for argv in run.argvs("docker", "run") if "--gpus" in argv]
-    assert run.argvs("docker", "push") == [["docker", "push", uri]]
+    assert run.argvs("docker", "push") == [["docker", "push", uris[name]] for name in FLAVOURS]
     order = [run.index("docker", "login"), run.index("docker", "build"), run.index("docker", "run"),
              run.index("docker", "push")]
     assert order == sorted(order) and run.calls[-1]["argv"][:2] == ["docker", "push"]
@@ -195,12 +209,14 @@ def test_dry_run_logs_in_builds_tests_and_pushes_the_dlc_style_tag(tmp_path):
 
 def test_the_repository_comes_from_the_project_environment(tmp_path):
     run = DryRun(tmp_path, load(), project_env={"ECR_REPOSITORY": "ml/opentc"})
-    assert run.argvs("docker", "push") == [["docker", "push", f"{REGISTRY}/ml/opentc:{TAG}"]]
+    assert run.argvs("docker", "push") == [["docker", "push", f"{REGISTRY}/ml/opentc:{TAGS[name]}"]
+                                           for name in FLAVOURS]
 
 
 def test_a_typo_in_a_command_fails_the_dry_run_and_nothing_is_pushed(tmp_path):
     spec = load()
-    spec["phases"]["build"]["commands"][0] = spec["phases"]["build"]["commands"][0].replace("docker", "dokcer", 1)
+    spec["phases"]["build"]["commands"][0] = spec["phases"]["build"]["commands"][0].replace("image-build",
+                                                                                          "image-biuld", 1)
     run = DryRun(tmp_path, spec)
     assert 127 in run.exit_codes                                  # command not found
     assert run.argvs("docker", "build") == [] and run.argvs("docker", "push") == []
@@ -222,15 +238,19 @@ def gpu_runs(run):
 
 
 @pytest.mark.parametrize("gpus", [1, 4])
-def test_on_a_gpu_host_the_gate_runs_the_jobs_and_checks_them_before_the_push(tmp_path, gpus):
+def test_on_a_gpu_host_the_gate_runs_each_images_jobs_and_checks_them_before_the_push(tmp_path, gpus):
     # Stubbed: nvidia-smi (it lists `gpus` GPUs) and what the GPU jobs leave behind (no GPU here).
     run = DryRun(tmp_path, load(), gpus=gpus, gpu_jobs="succeed")
     assert run.exit_codes == [0] * len(run.commands), run.output
-    uri = f"{REGISTRY}/opentc:{TAG}"
+    uris = {name: f"{REGISTRY}/opentc:{tag}" for name, tag in TAGS.items()}
     runs = gpu_runs(run)
-    assert len(runs) == (4 if gpus > 1 else 2)      # XLA and Inductor: the sample, then the multi-worker jobs
-    assert all(argv[:5] == ["docker", "run", "--rm", "--gpus", "all"] and argv[-2:] == [uri, "train"] for argv in runs)
-    assert f"GPU gate passed ({gpus} GPU(s))" in run.output
+    by_image = {name: [argv for argv in runs if argv[-2] == uri] for name, uri in uris.items()}
+    # xla: the sample on XLA and on Inductor, then the all-reduce and DDP jobs; inductor: Inductor's two only.
+    assert [len(by_image["xla"]), len(by_image["inductor"])] == ([4, 2] if gpus > 1 else [2, 1])
+    assert all(argv[:5] == ["docker", "run", "--rm", "--gpus", "all"] and argv[-1] == "train" for argv in runs)
+    for name in FLAVOURS:
+        assert f"GPU gate passed ({name} image, {gpus} GPU(s))" in run.output
+    assert "1/4 skipped: the inductor image has no XLA" in run.output
     assert ("3/4 and 4/4 skipped" in run.output) == (gpus == 1)
     last_gpu_run = max(i for i, c in enumerate(run.calls) if "--gpus" in c["argv"])
     assert run.index("docker", "push") > last_gpu_run

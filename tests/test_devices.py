@@ -2,8 +2,10 @@
 `opentc-worker` (on its own, or handed options by some other launcher) check it against the same GPU count, read
 from NVML as torch reads it, without importing torch before the script.
 
-No GPU exists here: a stub libnvidia-ml.so.1 built with gcc stands in for the driver's library (loaded through
-LD_LIBRARY_PATH, as the NVIDIA container runtime mounts the real one), reporting the GPUs STUB_NVML_GPUS says.
+No GPU exists here: a stub driver built with gcc stands in for the driver's libraries, libnvidia-ml.so.1 and
+libcuda.so.1 (loaded through LD_LIBRARY_PATH, as the NVIDIA container runtime mounts the real ones), reporting the
+GPUs STUB_NVML_GPUS says, the CUDA version STUB_CUDA_DRIVER says (default 13.0) and the driver version
+STUB_DRIVER_VERSION says; and nvidia-smi, which sagemaker-training counts GPUs with.
 """
 
 import json
@@ -28,6 +30,12 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **handle) {
 int nvmlDeviceGetUUID(void *handle, char *uuid, unsigned int length) {
     snprintf(uuid, length, "GPU-%04zu-stub", (size_t) handle - 1); return 0;
 }
+int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    const char *v = getenv("STUB_DRIVER_VERSION"); snprintf(version, length, "%s", v ? v : "580.65.06"); return 0;
+}
+int cuDriverGetVersion(int *version) {
+    const char *v = getenv("STUB_CUDA_DRIVER"); *version = v ? atoi(v) : 13000; return 0;
+}
 """
 
 
@@ -36,8 +44,13 @@ def nvml(tmp_path_factory):
     """A folder holding the stub libnvidia-ml.so.1."""
     folder = tmp_path_factory.mktemp("driver")
     (folder / "stub.c").write_text(STUB)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o",
-                    str(folder / "libnvidia-ml.so.1"), str(folder / "stub.c")], check=True)
+    for soname in ("libnvidia-ml.so.1", "libcuda.so.1"):
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(folder / soname),
+                        str(folder / "stub.c")], check=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ni=0\nwhile [ "$i" -lt "${STUB_NVML_GPUS:-0}" ]; do echo "GPU $i: NVIDIA A10G"; '
+                   'i=$((i + 1)); done\n')
+    smi.chmod(0o755)
     return folder
 
 
@@ -113,3 +126,50 @@ def test_a_device_the_worker_can_use_is_applied(nvml, tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
     assert json.loads((tmp_path / "argv.json").read_text()) == ["--x", "1"]
+
+
+OLD_DRIVER = {"STUB_CUDA_DRIVER": "11080", "STUB_DRIVER_VERSION": "470.82.01"}
+
+
+def old_driver_message() -> str:
+    import importlib.metadata as metadata
+
+    from opentc_launcher.cuda_driver import torch_cuda_version
+
+    cuda = torch_cuda_version()
+    assert cuda is not None, "this test needs a CUDA build of torch (PyPI's)"
+    return (f"the host's NVIDIA driver 470.82.01 supports CUDA 11.8; this image's torch "
+            f"{metadata.version('torch').split('+')[0]} is built for CUDA {cuda[0]}.{cuda[1]}, which needs a driver "
+            f"for CUDA {cuda[0]}.x (Linux ")
+
+
+@pytest.mark.parametrize("launcher", ["opentc-worker", "opentc-run"])
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_a_driver_too_old_for_torchs_cuda_is_refused_before_the_script(nvml, tmp_path, launcher, backend):
+    error_file = tmp_path / "error.json"
+    prefix = [BIN / "opentc-worker"] if launcher == "opentc-worker" else \
+        [BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--failure-report", error_file]
+    env = driver_env(nvml, 1, SM_MODEL_DIR=str(tmp_path), TORCHELASTIC_ERROR_FILE=str(error_file), **OLD_DRIVER)
+    result = subprocess.run([str(a) for a in [*prefix, "--backend", backend, "--device", "cuda",
+                                              SCRIPTS / "argv_echo.py"]], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert old_driver_message() in result.stdout, result.stdout[-3000:]
+    assert not (tmp_path / "argv.json").exists()
+
+
+def test_a_job_on_a_host_whose_driver_is_too_old_stops_before_the_script(nvml, make_job):
+    """Through `train`: sagemaker-training counts one GPU (nvidia-smi), the plan decides cuda, and the driver's
+    CUDA 11.8 is refused before the script, with exit code 2 and the reason in output/failure."""
+    from conftest import run_train
+
+    job = make_job()
+    job.use_script("argv_echo.py")
+    job.drop_script_hyperparameters()
+    job.set_hyperparameters(sagemaker_training_compiler_enabled=True, sagemaker_training_compiler_backend="inductor")
+    env = driver_env(nvml, 1, **OLD_DRIVER)
+    result = run_train(job, LD_LIBRARY_PATH=env["LD_LIBRARY_PATH"], STUB_NVML_GPUS="1",
+                       PATH=f"{nvml}:{env['PATH']}", **OLD_DRIVER)
+    assert result.returncode == 2, result.output[-3000:]
+    assert job.failure.startswith("Training not started: " + old_driver_message()), job.failure
+    assert not (job.model / "argv.json").exists()

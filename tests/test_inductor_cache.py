@@ -63,7 +63,12 @@ def copy_of(warm, tmp_path) -> Path:
 
 
 def the_header(folder):
-    (path,) = folder.rglob("*.h")
+    headers = list(folder.rglob("*.h"))
+    if not headers:   # torch >= 2.8 includes cpp_prefix.h from its own installation, not from the cache folder
+        from importlib.metadata import version
+
+        pytest.skip(f"torch {version('torch')} keeps no C++ prefix header in its Inductor cache: nothing to damage")
+    (path,) = headers
     return path
 
 

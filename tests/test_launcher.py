@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import BIN, SCRIPTS, clean_env, free_port
+from conftest import BIN, SCRIPTS, clean_env, free_port, no_torch_xla
 from opentc_launcher.commands import run_command, worker_command
 
 
@@ -181,22 +181,16 @@ def test_nothing_of_torch_is_imported_before_the_script(tmp_path, backend):
 def test_the_inductor_backend_runs_where_torch_xla_is_not_installed(tmp_path):
     """As on a GPU machine with a newer torch and no torch-xla: `import torch_xla` fails in every process (a
     sitecustomize stands in for the missing package), and the Inductor worker compiles and reports anyway."""
-    blocker = tmp_path / "no_torch_xla"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(
-        "import importlib.abc, sys\n"
-        "class NoTorchXla(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path, target=None):\n"
-        "        if name == 'torch_xla' or name.startswith('torch_xla.'):\n"
-        "            raise ModuleNotFoundError(f\"No module named '{name}'\", name=name)\n"
-        "sys.meta_path.insert(0, NoTorchXla())\n")
+    blocker = no_torch_xla(tmp_path / "no_torch_xla")
     result = run([BIN / "opentc-worker", "--backend", "inductor", "--device", "cpu", "--compile-report-dir",
                   tmp_path / "report", SCRIPTS / "compile" / "inductor_loop.py", "--steps", "2"], tmp_path,
-                 PYTHONPATH=str(blocker), SM_OUTPUT_DATA_DIR=str(tmp_path))
+                 PYTHONPATH=blocker, SM_OUTPUT_DATA_DIR=str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:]
     report = json.loads((tmp_path / "report" / "compile-report-rank0.json").read_text())
     assert report["backend"] == "inductor" and report["graphs_captured"] == 1, report
     assert json.loads((tmp_path / "loop_metrics.json").read_text())["torch_xla_imported"] is False
     failed = run([BIN / "opentc-worker", "--backend", "xla", "--device", "cpu", SCRIPTS / "argv_echo.py"], tmp_path,
-                 PYTHONPATH=str(blocker))
-    assert failed.returncode == 1 and "No module named 'torch_xla'" in failed.stdout   # the blocker works
+                 PYTHONPATH=blocker)
+    # The blocker works, and a backend that is not installed is refused before the script, naming what is missing.
+    assert failed.returncode == 2 and "PyTorch/XLA (the torch-xla package) is not installed here" in failed.stdout
+    assert not (tmp_path / "argv.json").exists()

@@ -1,4 +1,5 @@
-"""What README.md says against what the code and constraints.txt say: the version table, the exit codes."""
+"""What README.md says against what the code and the pins say (constraints.txt and the stack files): the version
+tables, the exit codes."""
 
 import re
 
@@ -9,9 +10,10 @@ from opentc_launcher.xla.cuda import PJRT_C_API
 README = (REPO / "README.md").read_text()
 
 
-def pins() -> dict[str, str]:
-    return dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
+def pins(flavour: str = "xla") -> dict[str, str]:
+    lines = [*(REPO / "constraints.txt").read_text().splitlines(),
+             *(REPO / "stacks" / f"{flavour}.txt").read_text().splitlines()]
+    return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
 
 
 def table(heading: str) -> dict[str, str]:
@@ -27,7 +29,7 @@ def table(heading: str) -> dict[str, str]:
         [c.strip().strip("`") for c in row.strip("|").split("|")] for row in rows[2:])}
 
 
-def test_the_version_table_is_constraints_txt():
+def test_the_version_table_is_the_xla_stack():
     versions, pinned = table("## Versions"), pins()
     for package in ("torch", "torch-xla", "jax-cuda12-pjrt", "nvidia-cuda-nvcc-cu12"):
         assert versions[package] == pinned[package], package
@@ -37,6 +39,14 @@ def test_the_version_table_is_constraints_txt():
     api, plugin = PJRT_C_API[release]
     assert pinned["jax-cuda12-pjrt"] == plugin
     assert f"PJRT C API {api[0]}.{api[1]}" in README
+
+
+def test_the_inductor_version_table_is_the_inductor_stack():
+    versions = table("The inductor image (`stacks/inductor.txt`):")
+    flavour = (REPO / "stacks" / "inductor.txt").read_text()
+    assert versions["torch"] == pins("inductor")["torch"]
+    assert f"# cuda: {versions['CUDA']}" in flavour
+    assert not {"torch-xla", "jax-cuda12-pjrt", "nvidia-cuda-nvcc-cu12"} & set(pins("inductor"))
 
 
 def test_the_exit_code_table_is_exit_codes_py():

@@ -15,13 +15,13 @@ import textwrap
 import pytest
 
 from conftest import BIN, SCRIPTS, clean_env, run_train
+from opentc_launcher.cuda_driver import driver_cuda_version
 from opentc_launcher.xla import cuda as xla_cuda
 from opentc_launcher.xla.cuda import (
     PJRT_C_API,
     PluginUnusable,
     check_cuda_plugin,
     check_driver,
-    driver_cuda_version,
     plugin_api_version,
 )
 

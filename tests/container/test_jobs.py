@@ -98,17 +98,17 @@ def test_a_read_only_output_folder_still_fails_loudly(image, make_job, container
     assert not (job.output / "failure").exists()
 
 
-def test_opentc_compare_runs_in_the_image_on_jobs_it_ran(image, make_job, containers, tmp_path):
-    """Two jobs in the image (compiler off and on), then the image's own opentc-compare on their folders."""
+def test_opentc_compare_runs_in_the_image_on_jobs_it_ran(each_image, make_job, containers, tmp_path):
+    """Two jobs in the image (compiler off and on: its default compiler), then its own opentc-compare on them."""
     jobs = []
     for compiler in (False, True):
         job = make_job()
         job.set_hyperparameters(sagemaker_training_compiler_enabled=compiler, max_steps=8, log_every=2)
-        assert run_job(image, containers(), job).returncode == 0
+        assert run_job(each_image, containers(), job).returncode == 0
         jobs.append(job)
-    mounts = ("-v", f"{jobs[0].root}:/jobs/eager", "-v", f"{jobs[1].root}:/jobs/xla", "-v", f"{tmp_path}:/out")
-    result = run_job(image, containers(), None, *mounts,
-                     command=("opentc-compare", "/jobs/eager", "/jobs/xla", "--plot", "/out/compare.png"))
+    mounts = ("-v", f"{jobs[0].root}:/jobs/eager", "-v", f"{jobs[1].root}:/jobs/compiled", "-v", f"{tmp_path}:/out")
+    result = run_job(each_image, containers(), None, *mounts,
+                     command=("opentc-compare", "/jobs/eager", "/jobs/compiled", "--plot", "/out/compare.png"))
     assert result.returncode == 0, result.output[-3000:]
     assert "| optimizer steps | 8 | 8 |" in result.output and "speed vs first (median step) | 1.00x |" in result.output
     assert (tmp_path / "compare.png").stat().st_size > 10_000

@@ -32,10 +32,10 @@ def assert_written_before_signal_intact(job, workers):
         assert (job.model / f"partial-rank{rank}.bin").read_text() == "model so far"
 
 
-def test_docker_stop_reaches_every_worker_within_the_grace_period(image, make_job, containers):
+def test_docker_stop_reaches_every_worker_within_the_grace_period(each_image, make_job, containers):
     job = long_job(make_job, sagemaker_pytorch_xla_multi_worker_enabled=True, on_sigterm="save")
     name = containers()
-    start_job(image, job, name, "-e", "OPENTC_WORKERS_PER_HOST=2", "-e", "OPENTC_TERMINATION_GRACE=30")
+    start_job(each_image, job, name, "-e", "OPENTC_WORKERS_PER_HOST=2", "-e", "OPENTC_TERMINATION_GRACE=30")
     wait_for_workers(job, name, 2)
     stop_seconds = docker_stop(name)
     state = inspect(name)["State"]
@@ -49,10 +49,10 @@ def test_docker_stop_reaches_every_worker_within_the_grace_period(image, make_jo
     assert_written_before_signal_intact(job, 2)
 
 
-def test_a_worker_ignoring_sigterm_is_killed_after_the_grace_period(image, make_job, containers):
+def test_a_worker_ignoring_sigterm_is_killed_after_the_grace_period(each_image, make_job, containers):
     job = long_job(make_job, on_sigterm="ignore")
     name = containers()
-    start_job(image, job, name, "-e", "OPENTC_TERMINATION_GRACE=3")
+    start_job(each_image, job, name, "-e", "OPENTC_TERMINATION_GRACE=3")
     wait_for_workers(job, name, 1)
     stop_seconds = docker_stop(name)
     assert inspect(name)["State"]["ExitCode"] == 143, logs(name)[-4000:]

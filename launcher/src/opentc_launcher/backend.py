@@ -20,6 +20,7 @@ from typing import ClassVar, NoReturn
 
 from . import exit_codes
 from .compile_report import CompileReport, log_report, write_compile_report
+from .cuda_driver import driver_problem
 from .errors import record_error
 from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
 from .options import WorkerOptions
@@ -34,15 +35,19 @@ class LaunchRefused(Exception):
     """The launch cannot go ahead as configured; the message says why and what is accepted."""
 
 
-def cuda_or_cpu(requested: str, gpu_count: int, who: str) -> str:
-    """The device for backends that run on torch's own devices: cuda with a GPU visible, else cpu."""
+def cuda_or_cpu(requested: str, gpu_count: int, who: str, env: Mapping[str, str]) -> str:
+    """The device for backends that run on torch's own devices: cuda with a GPU visible, else cpu. On cuda, the
+    host's driver must support the CUDA torch was built for (cuda_driver)."""
     if requested == "auto":
-        return "cuda" if gpu_count > 0 else "cpu"
+        requested = "cuda" if gpu_count > 0 else "cpu"
     if requested not in ("cuda", "cpu"):
         raise LaunchRefused(f"device {requested!r} is not accepted for {who}: use cuda or cpu, or auto (cuda when "
                             f"a GPU is visible, else cpu).")
     if requested == "cuda" and gpu_count == 0:
         raise LaunchRefused(no_gpu_message("device cuda", f"{who} on a GPU"))
+    problem = driver_problem(env) if requested == "cuda" else None
+    if problem:
+        raise LaunchRefused(problem)
     return requested
 
 
@@ -150,6 +155,11 @@ class CompilerBackend(ABC):
 
     name: ClassVar[str]
     title: ClassVar[str]          # how the log calls it: "PyTorch/XLA", "torch.compile (TorchInductor)"
+
+    def missing(self) -> str | None:
+        """What this backend needs that is not installed here, in words (the xla backend in the inductor image), or
+        None when it can run."""
+        return None
 
     @abstractmethod
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:

@@ -31,6 +31,10 @@ def decide(options: WorkerOptions, world_size: int, env: Mapping[str, str], gpu_
     launch the backend refuses raised as LaunchRefused (several XLA:CPU workers, unless unsynchronised replicas
     were asked for)."""
     backend = backend_named(options.backend)
+    missing = backend.missing()
+    if missing:
+        raise LaunchRefused(f"backend {options.backend} cannot run: {missing}. Use a backend this environment has "
+                            f"(inductor, or eager for plain PyTorch), or an image that has {backend.title}.")
     decided = replace(options, device=backend.decide_device(options.device, env, gpu_count))
     refusal = backend.multi_worker_refusal(decided, world_size)
     if refusal:

@@ -17,7 +17,7 @@ class EagerBackend(CompilerBackend):
     title = "plain PyTorch (no compiler)"
 
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
-        return cuda_or_cpu(requested, gpu_count, "plain PyTorch")
+        return cuda_or_cpu(requested, gpu_count, "plain PyTorch", env)
 
     def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
         # transformers and accelerate take the XLA device whenever torch_xla imports, unless told not to.

@@ -7,9 +7,10 @@ not through the launcher's own environment, so nothing is configured by mutating
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from .env_values import MAX_DIGITS, whole_number
+from .installed import default_compiler
 
 # The compiler backends (opentc_launcher.backends has one object for each): eager is plain PyTorch, no compiler.
 BACKEND_NAMES = ("eager", "xla", "inductor")
@@ -35,8 +36,9 @@ def _non_negative_int(text: str) -> int:
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    # The compiler: xla (PyTorch/XLA), inductor (torch.compile's TorchInductor), or eager (plain PyTorch).
-    backend: str = "xla"
+    # The compiler: xla (PyTorch/XLA), inductor (torch.compile's TorchInductor), or eager (plain PyTorch). Default:
+    # xla where torch-xla is installed, else inductor (opentc_launcher.installed).
+    backend: str = field(default_factory=default_compiler)
     # auto = not decided yet (opentc_launcher.decision asks the backend: for xla PJRT_DEVICE, else cuda when a GPU
     # is visible, else cpu). Launchers pass the decided device to their workers.
     device: str = "auto"
@@ -76,7 +78,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     d = WorkerOptions()
     group.add_argument("--backend", choices=BACKEND_NAMES, default=d.backend,
                        help="xla: the script runs on PyTorch/XLA; inductor: torch.compile's TorchInductor, with its "
-                            "cache, report and limit (torch_xla untouched); eager: plain PyTorch, no compiler")
+                            "cache, report and limit (torch_xla untouched); eager: plain PyTorch, no compiler "
+                            "(default: xla where torch-xla is installed, else inductor)")
     group.add_argument("--device", choices=DEVICES, default=d.device,
                        help="auto: for xla PJRT_DEVICE if set, else cuda when a GPU is visible, else cpu")
     group.add_argument("--cpu-multi-worker", choices=CPU_MULTI_WORKER_POLICIES, default=d.cpu_multi_worker,

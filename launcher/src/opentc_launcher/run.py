@@ -46,6 +46,7 @@ log = logging.getLogger("opentc_launcher")
 # Standard variables (Kubernetes operators, batch schedulers, torchrun's own docs) used as defaults when
 # neither the option nor torchrun's PET_* variable gives a value.
 STANDARD_VARIABLES = {"master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT", "node_rank": "NODE_RANK"}
+TORCHRUN_MASTER_PORT = 29500   # torchrun's own default
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     from torch.distributed.run import config_from_args, determine_local_world_size, parse_min_max_nnodes
 
     gpu_count = visible_gpu_count()
+    if args.master_port is None:   # torch >= 2.8 leaves it unset for run() to fill in; config_from_args needs it
+        args.master_port = TORCHRUN_MASTER_PORT
     problem = resolve_standard_variables(args) or option_problem(args, gpu_count)
     if problem:
         _fail(args, exit_codes.BAD_INPUT, problem)

@@ -137,7 +137,8 @@ def _workers_per_host(value: str | None, job: TrainingJob, entry: str) -> int | 
 def adapt_aws_launcher(job: TrainingJob, settings: CompilerSettings, code: str) -> AdaptedJob | None:
     """The job as it must really run when its entry script is an AWS-era launcher (None for any other job):
     entry point = the `training_script` hyperparameter, its arguments converted as sm_dist converted them, and
-    several workers (one per GPU, or `num_gpus` per host), as sm_dist always started."""
+    several workers (one per GPU, or `num_gpus` per host), as sm_dist always started, on XLA (what sm_dist ran) unless
+    the job named another backend."""
     entry = job.entry_point
     if not entry or not calls_sm_dist(os.path.join(code, entry)):
         return None
@@ -149,10 +150,13 @@ def adapt_aws_launcher(job: TrainingJob, settings: CompilerSettings, code: str) 
     notes = []
     if not settings.multi_worker:
         notes.append(f"{MULTI_WORKER} taken as true")
+    if not settings.backend_named and settings.backend != "xla":
+        notes.append("on XLA, which its script was written for")
     ignored = [key for key in XRT_SETTINGS if key in consumed]
     if ignored:
         notes.append(f"{', '.join(ignored)} ignored (XRT settings; PJRT needs none)")
     summary = (f"AWS-era launcher {entry} calls {SM_DIST}, which upstream torch-xla does not have: running "
                f"{TRAINING_SCRIPT}={script} directly, {how_many}, with arguments {list(script_args)}"
                + (f" ({'; '.join(notes)})" if notes else ""))
-    return AdaptedJob(job=adapted, settings=replace(settings, multi_worker=True), summary=summary)
+    backend = settings.backend if settings.backend_named else "xla"
+    return AdaptedJob(job=adapted, settings=replace(settings, multi_worker=True, backend=backend), summary=summary)

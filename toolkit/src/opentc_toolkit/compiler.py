@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from opentc_launcher.backend import CompilerBackend
 from opentc_launcher.backends import backend_named
+from opentc_launcher.cuda_driver import XLA_IMAGE_VARIABLE
 from opentc_launcher.env_values import MAX_DIGITS, whole_number
 from opentc_launcher.errors import shown
+from opentc_launcher.installed import default_compiler, why_default
 from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES
 
 from .errors import JobConfigError
@@ -25,7 +28,8 @@ CACHE_DIR = "sagemaker_training_compiler_cache_dir"
 MAX_COMPILATIONS = "sagemaker_training_compiler_max_compilations"
 LIBRARY_PATCHES = "sagemaker_training_compiler_library_patches"
 BACKEND = "sagemaker_training_compiler_backend"
-# The compilers the hyperparameter chooses from: xla (AWS's Training Compiler, the default) and inductor.
+# The compilers the hyperparameter chooses from: xla (AWS's Training Compiler) and inductor. Unset, the image's own:
+# xla where torch-xla is installed (the xla image), else inductor (opentc_launcher.installed).
 COMPILER_BACKENDS = ("xla", "inductor")
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
@@ -76,7 +80,8 @@ def _folder(params: Mapping[str, Any], key: str) -> str:
 @dataclass(frozen=True)
 class CompilerSettings:
     enabled: bool = False
-    backend: str = "xla"         # the compiler when enabled: xla or inductor
+    backend: str = field(default_factory=default_compiler)   # the compiler when enabled: xla or inductor
+    backend_named: bool = False  # whether the job named it; else it is this image's default
     debug: bool = False
     multi_worker: bool = False
     cpu_multi_worker: str = "refuse"
@@ -102,7 +107,8 @@ class CompilerSettings:
                                  + ", ".join(COMPILER_KEYS) + f" and {MULTI_WORKER}.")
         return cls(
             enabled=_boolean(params, ENABLED, False),
-            backend=_choice(params, BACKEND, COMPILER_BACKENDS, "xla"),
+            backend=_choice(params, BACKEND, COMPILER_BACKENDS, default_compiler()),
+            backend_named=BACKEND in params,
             debug=_boolean(params, DEBUG, False),
             multi_worker=_boolean(params, MULTI_WORKER, False),
             cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, "refuse"),
@@ -111,6 +117,26 @@ class CompilerSettings:
             max_compilations=_whole_number(params, MAX_COMPILATIONS, 0),
             library_patches=_boolean(params, LIBRARY_PATCHES, True),
         )
+
+
+    def backend_note(self) -> str:
+        """How the compiler was chosen, for the log."""
+        if self.backend_named:
+            return f"{BACKEND}={self.backend}"
+        return f"{BACKEND} not set: {self.backend} ({why_default(self.backend)})"
+
+    def check_installed(self, env: Mapping[str, str]) -> None:
+        """Refuse a compiler this image does not have (XLA in the inductor image), before anything runs."""
+        missing = self.compiler.missing() if self.enabled else None
+        if not missing:
+            return
+        here = default_compiler()
+        tag = env.get(XLA_IMAGE_VARIABLE, "").strip()
+        elsewhere = f"the xla image (tag {tag})" if tag and self.backend == "xla" else "an image that has it"
+        raise JobConfigError(
+            f'hyperparameter {BACKEND}="{self.backend}" cannot run in this image: {missing} (this image has torch '
+            f'{metadata.version("torch").split("+")[0]}). For {self.compiler.title}, use {elsewhere}; here, leave '
+            f'{BACKEND} unset or set it to "{here}" to compile with {backend_named(here).title}.')
 
 
 @dataclass(frozen=True)

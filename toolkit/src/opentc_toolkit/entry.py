@@ -45,7 +45,7 @@ DEFAULT_BASE_DIR = "/opt/ml"
 def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, base_env: Mapping[str, str]) -> None:
     if settings.enabled:
         log.info("Found configuration for Training Compiler")
-        log.info("Configuring SM Training Compiler... (%s=%s)", BACKEND, settings.backend)
+        log.info("Configuring SM Training Compiler... (%s)", settings.backend_note())
         for note in settings.compiler.launch_notes(plan.options, job.num_gpus, base_env):
             log.info("%s", note)
         if settings.debug:
@@ -84,6 +84,7 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
     try:
         job = recorder.job = read_job(paths)
         settings = recorder.settings = CompilerSettings.from_hyperparameters(job.framework_params)
+        settings.check_installed(base_env)
         # SageMaker creates these; a job folder run by hand may lack them, and SM_MODEL_DIR and
         # SM_OUTPUT_DATA_DIR point the script at them.
         for folder in (paths.output_data, paths.model):
@@ -105,6 +106,7 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
             log.info("%s", adapted.summary)
             job, settings = adapted.job, adapted.settings
             recorder.job, recorder.settings = job, settings
+            settings.check_installed(base_env)   # it runs on XLA: an image without torch-xla says so now
         install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
         plan = recorder.plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), code,
                                           scratch)

@@ -1,5 +1,6 @@
 """The packages that must move together, pinned at the versions installed here: torch, torch-xla, the XLA:CUDA
-plugin and ptxas, triton and torch's nvidia-* CUDA wheels.
+plugin and ptxas, triton, and torch's CUDA wheels (nvidia-*, and cuda-* since torch 2.9: cuda-toolkit,
+cuda-bindings, cuda-pathfinder).
 
 A user's requirements.txt is installed under these pins (transformers, datasets and the rest stay free to
 upgrade), so an unpinned `torchvision` cannot pull a newer torch and CUDA under torch-xla. The image writes
@@ -14,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 STACK = ("torch", "torch-xla", "jax-cuda12-pjrt", "triton")
-STACK_PREFIXES = ("nvidia-",)
+STACK_PREFIXES = ("nvidia-", "cuda-")
 
 
 def canonical(name: str) -> str:

@@ -37,7 +37,7 @@ class InductorBackend(CompilerBackend):
     title = "torch.compile (TorchInductor)"
 
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
-        return cuda_or_cpu(requested, gpu_count, "TorchInductor")
+        return cuda_or_cpu(requested, gpu_count, "TorchInductor", env)
 
     def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
         wanted = {

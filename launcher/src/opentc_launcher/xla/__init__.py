@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 from ..backend import CompilerBackend, LaunchRefused, WorkerSession, no_gpu_message
+from ..installed import has_module
 from ..options import WorkerOptions
 from ..runtime import WorkerIdentity, per_rank_files
 
@@ -66,6 +67,11 @@ def xla_runtime_env(options: WorkerOptions, identity: WorkerIdentity, env: Mappi
 class XlaBackend(CompilerBackend):
     name = "xla"
     title = "PyTorch/XLA"
+
+    def missing(self) -> str | None:
+        if has_module("torch_xla"):
+            return None
+        return "PyTorch/XLA (the torch-xla package) is not installed here"
 
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
         """An explicit choice, else PJRT_DEVICE, else cuda when a GPU is visible, else cpu."""

@@ -116,19 +116,6 @@ def check_cuda_plugin(torch_xla_version: str | None = None) -> str:
     return path
 
 
-def driver_cuda_version() -> tuple[int, int] | None:
-    """The CUDA version the host's NVIDIA driver supports (cuDriverGetVersion needs no GPU context), or None
-    where no driver is mounted into this container."""
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    version = ctypes.c_int(0)
-    if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
-        return None
-    return version.value // 1000, (version.value % 1000) // 10
-
-
 def check_driver(version: tuple[int, int] | None) -> None:
     """A driver too old for CUDA 12 stops the job with what to change, instead of failing inside XLA."""
     if version is not None and version < MIN_DRIVER_CUDA:

@@ -40,7 +40,8 @@ class XlaSession(WorkerSession):
         """Apply the launch's decision (options.device) to this process and import torch_xla."""
         if options.device == "cuda":
             # Before torch-xla touches the plugin: a mismatch stops here, naming both versions.
-            from .cuda import check_cuda_plugin, check_driver, driver_cuda_version
+            from ..cuda_driver import driver_cuda_version
+            from .cuda import check_cuda_plugin, check_driver
 
             check_cuda_plugin()
             check_driver(driver_cuda_version())

@@ -1,0 +1,72 @@
+"""The GPU kit (dev/gpu-kit): what a lent GPU machine with its own torch and no package index needs, packed here and
+carried within the device tool's 64 MiB; its dry run names every figure it takes; its install step works offline,
+from the kit alone, into a fresh venv (on this machine's Python, without torch: the wheels are pure Python or abi3,
+and sagemaker-training's sdist is built as the GPU machine builds it); and without a GPU it measures nothing.
+
+No GPU here, so `run` itself is not exercised beyond its refusal: the figures are for a session that is lent one.
+Needs PyPI (the pack step downloads), as dev/setup does.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, clean_env
+
+KIT = REPO / "dev" / "gpu-kit"
+
+
+def kit(*args, timeout=600):
+    return subprocess.run([str(KIT), *map(str, args)], cwd=str(REPO), env=clean_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def packed():
+    done = kit("pack")
+    assert done.returncode == 0, done.stdout[-3000:]
+    return done.stdout
+
+
+def test_the_kit_fits_in_what_the_device_tool_carries(packed):
+    summary = next(line for line in packed.splitlines() if line.startswith("dev/gpu-kit plan (2 GPU(s)): carried"))
+    carried = float(summary.split(" files, ")[1].split(" MiB")[0])
+    assert carried <= 64, summary
+    for wheel in ("botocore-", "boto3-", "psutil-", "setuptools-", "tlparse-", "sagemaker_training-5.1.4.tar.gz"):
+        assert f".work/gpu-kit/wheels/{wheel}" in packed, wheel
+    assert "dev/gpu-kit plan: ready" in packed
+
+
+def test_the_dry_run_names_every_figure_it_takes(packed):
+    four = kit("plan", "--gpus", "4")
+    assert four.returncode == 0, four.stdout
+    for step in ("GPT-2 small, eager", "GPT-2 small, Inductor cold", "GPT-2 small, Inductor warm",
+                 "the sample, compiler off", "the sample, Inductor cold", "the sample, Inductor warm",
+                 "the sample, side by side", "DDP over NCCL, 4 GPUs, eager", "DDP over NCCL, 4 GPUs, inductor"):
+        assert f"- {step}: " in four.stdout, step
+    assert "--config gpt2 --seq 512 --batch 8 --dtype bf16" in four.stdout
+    assert "--nproc-per-node 4 --backend inductor --device cuda" in four.stdout
+    one = kit("plan", "--gpus", "1")
+    assert one.returncode == 0 and "- DDP over NCCL: skipped, one GPU" in one.stdout
+    assert "DDP over NCCL, 1 GPUs" not in one.stdout
+
+
+def test_the_install_step_works_offline_from_the_kit_alone(packed, tmp_path):
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    venv = tmp_path / "venv"
+    done = kit("install", "--venv", venv, "--python", base, "--out", tmp_path / "out")
+    assert done.returncode == 0, (done.stdout + (tmp_path / "out" / "gpu-kit.log").read_text())[-5000:]
+    imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import opentc_toolkit.entry, opentc_launcher.run, "
+                               "opentc_compare.cli, sagemaker_training.environment, boto3, psutil; print('ok')"],
+                              capture_output=True, text=True, timeout=300)
+    assert imported.stdout.strip() == "ok", imported.stderr[-3000:]
+    assert (venv / "bin" / "opentc-train").exists() and (venv / "bin" / "tlparse").exists()
+
+
+def test_without_a_gpu_run_measures_nothing_and_says_why(tmp_path):
+    done = kit("run", "--out", tmp_path / "out", "--python", sys.executable)
+    assert done.returncode == 2, done.stdout[-3000:]
+    assert "no GPU visible to" in done.stdout and "dev/gpu-kit plan" in done.stdout
+    assert not (tmp_path / "out").exists()
