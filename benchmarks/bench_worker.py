@@ -1,6 +1,6 @@
 """One measurement in a fresh process (so compile caches and imports never leak between measurements).
 
-    python bench_worker.py --runtime eager|xla|inductor --config tiny --seq 64 --batch 8 --steps 20 [--dynamic]
+    python bench_worker.py --backend eager|xla|inductor --config tiny --seq 64 --batch 8 --steps 20 [--dynamic]
                            [--cache-dir D] [--dtype bf16]
 
 Prints one JSON line: median steady-state step time, tokens/s, graphs compiled, compile seconds, peak memory, and
@@ -35,7 +35,7 @@ VOCABS = {"gpt2": 50257}   # GPT-2's own; the smaller models keep a small vocabu
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--runtime", choices=["eager", "xla", "inductor"], required=True)
+    p.add_argument("--backend", choices=["eager", "xla", "inductor"], required=True)
     p.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=64)
@@ -46,14 +46,14 @@ def main():
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     args = p.parse_args()
     t0 = float(os.environ.get("BENCH_T0", time.time()))
-    if args.runtime == "inductor":   # read when Inductor first compiles; without --cache-dir a cold one of its own
+    if args.backend == "inductor":   # read when Inductor first compiles; without --cache-dir a cold one of its own
         cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="opentc-bench-inductor-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         os.environ["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
 
     import torch
 
-    if args.runtime == "xla":
+    if args.backend == "xla":
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.debug.metrics as met
@@ -90,7 +90,7 @@ def main():
     model = GPT2LMHeadModel(config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     compile_seconds = []
-    if args.runtime == "inductor":
+    if args.backend == "inductor":
         from torch._dynamo import callback
 
         started = []
@@ -126,7 +126,7 @@ def main():
             tokens.append(args.batch * length * world)
 
     result = {
-        "runtime": args.runtime, "config": args.config, "device": str(device), "batch": args.batch,
+        "backend": args.backend, "config": args.config, "device": str(device), "batch": args.batch,
         "seq": args.seq, "dynamic": args.dynamic, "steps": args.steps, "dtype": args.dtype, "world": world,
         "median_step_s": statistics.median(times),
         "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times, strict=True)),
@@ -134,12 +134,12 @@ def main():
         "final_loss": float(loss.detach().to("cpu")),
         "peak_memory_mb": peak_memory_mb(device),
     }
-    if args.runtime == "xla":
+    if args.backend == "xla":
         compile_time = met.metric_data("CompileTime")
         result.update(graphs_compiled=int(met.counter_value("UncachedCompile") or 0),
                       compile_s=compile_time[1] / 1e9 if compile_time else 0.0,
                       cache_hits=int(met.counter_value("PersistentCacheHit") or 0))
-    if args.runtime == "inductor":
+    if args.backend == "inductor":
         from torch._dynamo.utils import counters
 
         result.update(graphs_compiled=int(counters["inductor"]["fxgraph_cache_miss"]),

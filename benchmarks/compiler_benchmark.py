@@ -1,6 +1,6 @@
 """What each compiler buys and costs, measured side by side with eager in one run on one machine.
 
-    .venv/bin/python benchmarks/compiler_benchmark.py [--quick] [--runtimes eager,xla,inductor] [--json FILE]
+    .venv/bin/python benchmarks/compiler_benchmark.py [--quick] [--backends eager,xla,inductor] [--json FILE]
 
 1. steady-state step time, tokens/s, compile seconds and peak memory: eager PyTorch, PyTorch/XLA and
    torch.compile (TorchInductor), same model and data, on the tiny and a small GPT-2 config, fixed sequence length;
@@ -60,29 +60,29 @@ def measure(device: str, *args: str) -> dict:
 COMPILERS = ("xla", "inductor")
 
 
-def throughput(device: str, quick: bool, runtimes: list[str]) -> list[dict]:
+def throughput(device: str, quick: bool, backends: list[str]) -> list[dict]:
     rows = []
     for config, seq, batch in (("tiny", 64, 8), ("small", 128, 8)):
         steps = "8" if quick else "20"
-        for runtime in runtimes:
-            rows.append(measure(device, "--runtime", runtime, "--config", config, "--seq", str(seq),
+        for backend in backends:
+            rows.append(measure(device, "--backend", backend, "--config", config, "--seq", str(seq),
                                 "--batch", str(batch), "--steps", steps))
     return rows
 
 
-def graphs(device: str, quick: bool, runtimes: list[str]) -> list[dict]:
+def graphs(device: str, quick: bool, backends: list[str]) -> list[dict]:
     steps = "8" if quick else "16"
-    return [measure(device, "--runtime", runtime, "--config", "tiny", "--steps", steps, *extra)
-            for runtime in runtimes if runtime in COMPILERS for extra in ((), ("--dynamic",))]
+    return [measure(device, "--backend", backend, "--config", "tiny", "--steps", steps, *extra)
+            for backend in backends if backend in COMPILERS for extra in ((), ("--dynamic",))]
 
 
-def cache(device: str, quick: bool, runtimes: list[str]) -> list[dict]:
+def cache(device: str, quick: bool, backends: list[str]) -> list[dict]:
     rows = []
-    for runtime in (r for r in runtimes if r in COMPILERS):
+    for backend in (r for r in backends if r in COMPILERS):
         folder = tempfile.mkdtemp(prefix="opentc-bench-cache-")
         try:
             for job in ("cold", "warm"):
-                row = measure(device, "--runtime", runtime, "--config", "small", "--seq", "128", "--steps",
+                row = measure(device, "--backend", backend, "--config", "small", "--seq", "128", "--steps",
                               "3" if quick else "5", "--cache-dir", folder)
                 rows.append({**row, "job": job})
         finally:
@@ -94,7 +94,7 @@ FIRST_LINE = ("import time; STARTED = time.time()\nimport os\n"
               "open(os.environ['BENCH_T_FILE'], 'w').write(repr(STARTED))\n")
 
 
-def launcher_overhead(device: str, repeats: int, runtimes: list[str]) -> list[dict]:
+def launcher_overhead(device: str, repeats: int, backends: list[str]) -> list[dict]:
     """Seconds from starting the command to the script's first line (median of `repeats`)."""
     work = Path(tempfile.mkdtemp(prefix="opentc-bench-launch-"))
     try:
@@ -113,7 +113,7 @@ def launcher_overhead(device: str, repeats: int, runtimes: list[str]) -> list[di
             return statistics.median(samples)
 
         rows = [{"command": "python first_line.py", "seconds": timed([sys.executable, str(script)], base_env(device))}]
-        if "xla" in runtimes:
+        if "xla" in backends:
             # What the XLA bootstrap imports before the script: a script on XLA imports it anyway.
             rows.append({"command": "python -c 'import torch, torch_xla' + first_line.py",
                          "seconds": timed([sys.executable, "-c", "import torch, torch_xla, runpy, sys; "
@@ -121,21 +121,21 @@ def launcher_overhead(device: str, repeats: int, runtimes: list[str]) -> list[di
                                           base_env(device))})
         if not (BIN / "opentc-train").exists():
             return rows   # the toolkit is not installed here (a GPU machine with the launcher only)
-        for runtime in runtimes:
-            job = work / f"job-{runtime}"
+        for backend in backends:
+            job = work / f"job-{backend}"
             shutil.copytree(REPO / "sample" / "job", job)
             shutil.copy(script, job / "code" / "first_line.py")
             hps = {"sagemaker_program": json.dumps("first_line.py"),
-                   "sagemaker_training_compiler_enabled": json.dumps(runtime != "eager"),
-                   "sagemaker_training_compiler_backend": json.dumps(runtime if runtime != "eager" else "xla"),
+                   "sagemaker_training_compiler_enabled": json.dumps(backend != "eager"),
+                   "sagemaker_training_compiler_backend": json.dumps(backend if backend != "eager" else "xla"),
                    "sagemaker_training_compiler_cache": "false"}
-            if runtime == "eager":
+            if backend == "eager":
                 del hps["sagemaker_training_compiler_backend"]
             (job / "input" / "config" / "hyperparameters.json").write_text(json.dumps(hps))
             env = {**base_env(device), "SAGEMAKER_BASE_DIR": str(job),
                    "SAGEMAKER_TRAINING_MODULE": "opentc_toolkit.entry:main"}
             env.pop("PJRT_DEVICE")   # as in a real job: the toolkit decides
-            rows.append({"command": f"train ({'compiler off' if runtime == 'eager' else runtime})",
+            rows.append({"command": f"train ({'compiler off' if backend == 'eager' else backend})",
                          "seconds": timed([str(BIN / "train")], env)})
         return rows
     finally:
@@ -152,26 +152,26 @@ def render(results: dict) -> str:
     out = [f"Machine: {results['machine']}. Device: {results['device_note']}.", ""]
     rows, eager = [], {}
     for r in results["throughput"]:
-        if r["runtime"] == "eager":
+        if r["backend"] == "eager":
             eager[r["config"]] = r["median_step_s"]
         speedup = eager[r["config"]] / r["median_step_s"]
-        compiled = r["runtime"] != "eager"
-        rows.append([r["config"], r["runtime"], r["device"], f"{r['batch']}x{r['seq']}",
+        compiled = r["backend"] != "eager"
+        rows.append([r["config"], r["backend"], r["device"], f"{r['batch']}x{r['seq']}",
                      f"{r['median_step_s'] * 1000:.1f}", f"{r['tokens_per_s']:.0f}", f"{speedup:.2f}x",
                      r["graphs_compiled"] if compiled else "-", f"{r['compile_s']:.1f}" if compiled else "-",
                      f"{r['peak_memory_mb']:.0f}"])
     out += ["### 1. Steady-state step time, eager vs compiled",
-            table(["model", "runtime", "device", "batch x seq", "median step (ms)", "tokens/s", "vs eager",
+            table(["model", "backend", "device", "batch x seq", "median step (ms)", "tokens/s", "vs eager",
                    "graphs compiled", "compile (s)", "peak memory (MB)"], rows), ""]
-    rows = [[r["runtime"], "static" if not r["dynamic"] else "changes every step", r["steps"], r["graphs_compiled"],
+    rows = [[r["backend"], "static" if not r["dynamic"] else "changes every step", r["steps"], r["graphs_compiled"],
              f"{r['compile_s']:.1f}", f"{r['median_step_s'] * 1000:.1f}"] for r in results["graphs"]]
     out += ["### 2. Graphs compiled per job (tiny GPT-2)",
-            table(["runtime", "sequence length", "steps", "graphs compiled", "compile (s)", "median step (ms)"],
+            table(["backend", "sequence length", "steps", "graphs compiled", "compile (s)", "median step (ms)"],
                   rows), ""]
-    rows = [[r["runtime"], r["job"], r["graphs_compiled"], r["cache_hits"], f"{r['compile_s']:.1f}",
+    rows = [[r["backend"], r["job"], r["graphs_compiled"], r["cache_hits"], f"{r['compile_s']:.1f}",
              f"{r['first_step_done_s']:.1f}"] for r in results["cache"]]
     out += ["### 3. Persistent compilation cache, two identical jobs (small GPT-2)",
-            table(["runtime", "job", "graphs compiled", "loaded from cache", "compile (s)",
+            table(["backend", "job", "graphs compiled", "loaded from cache", "compile (s)",
                    "process start to first finished step (s)"], rows), ""]
     rows = [[r["command"], f"{r['seconds']:.2f}"] for r in results["launcher"]]
     out += ["### 4. Launcher overhead: start of the command to the script's first line (median)",
@@ -179,35 +179,35 @@ def render(results: dict) -> str:
     return "\n".join(out)
 
 
-def available_runtimes(asked: str) -> list[str]:
-    """The runtimes asked for that can run here: XLA needs torch_xla."""
-    runtimes = [r.strip() for r in asked.split(",") if r.strip()]
-    if "xla" in runtimes:
+def available_backends(asked: str) -> list[str]:
+    """The backends asked for that can run here: XLA needs torch_xla."""
+    backends = [r.strip() for r in asked.split(",") if r.strip()]
+    if "xla" in backends:
         try:
             import torch_xla  # noqa: F401
         except ImportError:
             print("torch_xla is not installed: XLA left out", file=sys.stderr)
-            runtimes.remove("xla")
-    return runtimes
+            backends.remove("xla")
+    return backends
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer steps and repeats (a smoke run)")
-    p.add_argument("--runtimes", default="eager,xla,inductor", help="comma-separated: eager, xla, inductor")
+    p.add_argument("--backends", default="eager,xla,inductor", help="comma-separated: eager, xla, inductor")
     p.add_argument("--json", default=str(HERE / "results" / "latest.json"))
     args = p.parse_args()
-    runtimes = available_runtimes(args.runtimes)
+    backends = available_backends(args.backends)
     gpus = gpu_count()
     device = "CUDA" if gpus else "CPU"
     import torch
 
     versions = f"torch {torch.__version__}"
-    if "xla" in runtimes:
+    if "xla" in backends:
         import torch_xla
 
         versions += f", torch-xla {torch_xla.__version__}"
-    compared = ", ".join(runtimes)
+    compared = ", ".join(backends)
     gpu_name = torch.cuda.get_device_name(0) if gpus else ""
     results = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -216,14 +216,14 @@ def main():
         "device_note": (f"{gpus} GPU(s) ({gpu_name}): {compared} on CUDA" if gpus else
                         f"no GPU here: ran on CPU, {compared} on the CPU (CPU numbers say nothing about GPU "
                         f"speed-ups)"),
-        "runtimes": runtimes,
+        "backends": backends,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
     started = time.time()
-    for name, run in (("throughput", lambda: throughput(device, args.quick, runtimes)),
-                      ("graphs", lambda: graphs(device, args.quick, runtimes)),
-                      ("cache", lambda: cache(device, args.quick, runtimes)),
-                      ("launcher", lambda: launcher_overhead(device, 1 if args.quick else 3, runtimes))):
+    for name, run in (("throughput", lambda: throughput(device, args.quick, backends)),
+                      ("graphs", lambda: graphs(device, args.quick, backends)),
+                      ("cache", lambda: cache(device, args.quick, backends)),
+                      ("launcher", lambda: launcher_overhead(device, 1 if args.quick else 3, backends))):
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
         results[name] = run()
     results["seconds"] = round(time.time() - started, 1)

@@ -56,7 +56,7 @@ def stack_versions(python: Path) -> dict[str, str]:
 
 def gpt2(python: Path, runtime: str, config: str, seq: int, steps: int, cache: Path) -> dict:
     env = clean_env(BENCH_T0=repr(time.time()), PJRT_DEVICE="CPU")
-    argv = [str(python), str(HERE / "bench_worker.py"), "--runtime", runtime, "--config", config, "--seq", str(seq),
+    argv = [str(python), str(HERE / "bench_worker.py"), "--backend", runtime, "--config", config, "--seq", str(seq),
             "--batch", "8", "--steps", str(steps), *(["--cache-dir", str(cache)] if runtime == "inductor" else [])]
     proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3600)
     found = [line for line in proc.stdout.splitlines() if line.startswith("BENCH_RESULT ")]

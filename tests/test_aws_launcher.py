@@ -11,11 +11,11 @@ import pytest
 
 from conftest import SCRIPTS, logged_failure, no_torch_xla, run_train
 from opentc_launcher import exit_codes
-from opentc_launcher.errors import shown
+from opentc_launcher.text import shown
 from opentc_toolkit.aws_launcher import adapt_aws_launcher, convert_arguments
 from opentc_toolkit.compiler import CompilerSettings
-from opentc_toolkit.errors import JobConfigError
 from opentc_toolkit.job import JobPaths, TrainingJob
+from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.plan import LaunchSettings, plan_world
 
 LAUNCHER = "aws_distributed_launcher.py"
@@ -87,7 +87,7 @@ def test_num_gpus_is_the_number_of_workers_per_host(tmp_path):
 def test_bad_num_gpus_is_refused_naming_it(tmp_path, gpus, value):
     code = code_folder(tmp_path)
     job = job_for(code, ["--num_gpus", value, "--training_script", TRAIN_SCRIPT], gpus=gpus)
-    with pytest.raises(JobConfigError) as e:
+    with pytest.raises(BadInput) as e:
         adapt_aws_launcher(job, CompilerSettings(enabled=True), str(code))
     message = str(e.value)
     assert message.startswith(f"hyperparameter num_gpus has the value {shown(value)}, which is not accepted"), message
@@ -132,7 +132,7 @@ def test_a_launcher_that_is_not_utf8_is_still_recognised(tmp_path):
 def test_what_to_change_is_named(tmp_path, args, expected):
     code = code_folder(tmp_path, "sub/helper.py", "notes.txt", "__pycache__/x.py")
     (tmp_path / "escape.py").write_text("")
-    with pytest.raises(JobConfigError) as e:
+    with pytest.raises(BadInput) as e:
         adapt_aws_launcher(job_for(code, args), CompilerSettings(enabled=True), str(code))
     message = str(e.value)
     assert message.startswith(f"{LAUNCHER} is an AWS-era distributed launcher: it calls "

@@ -12,7 +12,7 @@ import compiler_benchmark  # noqa: E402
 
 
 def test_worker_measures_one_configuration():
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_worker.py"), "--runtime", "eager",
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_worker.py"), "--backend", "eager",
                            "--config", "tiny", "--seq", "16", "--batch", "2", "--warmup", "1", "--steps", "2"],
                           env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("BENCH_RESULT "))

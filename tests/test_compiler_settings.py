@@ -16,8 +16,8 @@ from opentc_toolkit.compiler import (
     compiler_environment,
 )
 from opentc_toolkit.compiler import MULTI_WORKER as MULTI
-from opentc_toolkit.errors import JobConfigError
 from opentc_toolkit.job import decode_hyperparameters as decoded
+from opentc_toolkit.not_started import BadInput
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -38,7 +38,7 @@ def test_accepted_values(raw, expected):
     (ENABLED, "", "''"), (MULTI, "[true]", "[True]"), (LIBRARY_PATCHES, "off", "'off'"),
 ])
 def test_rejected_values_name_key_value_and_accepted(key, raw, shown):
-    with pytest.raises(JobConfigError) as err:
+    with pytest.raises(BadInput) as err:
         CompilerSettings.from_hyperparameters(decoded({key: raw}))
     assert str(err.value).startswith(f"hyperparameter {key} has the value {shown}, which is not accepted: "
                                      f"use \"true\" or \"false\"")
@@ -50,7 +50,7 @@ def test_library_patches_are_on_unless_turned_off():
 
 
 def test_unknown_compiler_key_is_a_typo_not_silence():
-    with pytest.raises(JobConfigError, match="unknown hyperparameter sagemaker_training_compiler_enable:"):
+    with pytest.raises(BadInput, match="unknown hyperparameter sagemaker_training_compiler_enable:"):
         CompilerSettings.from_hyperparameters({"sagemaker_training_compiler_enable": True})
 
 
@@ -66,7 +66,7 @@ def test_other_options_are_validated():
         (MAX_COMPILATIONS, True, "whole number"),
         (CACHE_DIR, "relative/path", "absolute folder"),
     ]:
-        with pytest.raises(JobConfigError, match=accepted):
+        with pytest.raises(BadInput, match=accepted):
             CompilerSettings.from_hyperparameters({key: value})
 
 
@@ -109,22 +109,22 @@ def test_user_set_variables_are_kept_and_reported():
                                           ({BACKEND: "XLA"}, "xla"), ({BACKEND: '"Inductor"'}, "inductor")])
 def test_the_backend_is_xla_unless_inductor_is_chosen(raw, expected):
     settings = CompilerSettings.from_hyperparameters(decoded({ENABLED: "true", **raw}))
-    assert settings.backend == expected and settings.backend_name == expected
+    assert settings.compiler_name == expected and settings.backend_name == expected
     assert CompilerSettings.from_hyperparameters(decoded({ENABLED: "false", **raw})).backend_name == "eager"
 
 
 @pytest.mark.parametrize("raw", ['"tvm"', '"openxla"', "3", '""'])
 def test_an_unknown_backend_names_both_accepted(raw):
-    with pytest.raises(JobConfigError) as err:
+    with pytest.raises(BadInput) as err:
         CompilerSettings.from_hyperparameters(decoded({ENABLED: "true", BACKEND: raw}))
     assert str(err.value).startswith(f"hyperparameter {BACKEND} has the value ")
     assert 'use one of "xla", "inductor".' in str(err.value)
 
 
 def test_inductor_compiles_trainer_and_accelerate_scripts_through_accelerates_variable():
-    on = CompilerSettings(enabled=True, backend="inductor")
+    on = CompilerSettings(enabled=True, compiler_name="inductor")
     assert dict(env_for(on, gpus=8).applied) == {"USE_TORCH_XLA": "0", "ACCELERATE_DYNAMO_BACKEND": "inductor"}
-    applied = env_for(CompilerSettings(enabled=True, backend="inductor", debug=True)).applied
+    applied = env_for(CompilerSettings(enabled=True, compiler_name="inductor", debug=True)).applied
     assert applied["TORCH_TRACE"] == "/opt/ml/output/data/compiler/torch_trace"
     assert applied["TORCH_LOGS_OUT"] == "/opt/ml/output/data/compiler/torch_logs.txt"
     assert applied["TORCH_LOGS"] == "graph_breaks,recompiles"

@@ -96,7 +96,6 @@ def test_accelerate_loop_compiles_without_per_step_host_reads_and_saves(make_job
     assert (job.model / "model.safetensors").exists() and (job.model / "config.json").exists()
     assert (job.model / "accelerate-save-model" / "model.safetensors").exists()
     assert "modules keep their parameters (and tied weights) when moved to XLA" in result.output
-    assert "accelerate-retie-after-move" not in result.output   # torch's own switch does it: no patch
     report = job.read_json("output/data/compiler/compile-report-rank0.json")
     assert report["optimizer_steps"] == STEPS, report
     per_step = {int(k): v for k, v in report["executions_per_step"].items()}

@@ -3,7 +3,7 @@ a host that appears late (a name service that is slow to learn a new host cannot
 
 import pytest
 
-from opentc_toolkit.peers import PeerUnreachable, wait_for_hosts
+from opentc_toolkit.peers import PeersUnreachable, wait_for_hosts
 
 
 class Clock:
@@ -41,7 +41,7 @@ def test_the_host_that_never_appears_is_named_after_the_timeout():
         if host == "algo-3":
             raise OSError("Name or service not known")
 
-    with pytest.raises(PeerUnreachable, match="host algo-3 could not be reached: its name did not resolve within 7 s"):
+    with pytest.raises(PeersUnreachable, match="host algo-3 could not be reached: its name did not resolve within 7 s"):
         wait_for_hosts(["algo-2", "algo-3"], timeout=7, resolve=resolve, clock=clock, sleep=clock.sleep)
     assert 7 <= clock.now <= 12
 

@@ -8,8 +8,8 @@ import pytest
 from opentc_launcher.decision import decide
 from opentc_launcher.options import WorkerOptions
 from opentc_toolkit.compiler import CompilerSettings
-from opentc_toolkit.errors import JobConfigError
 from opentc_toolkit.job import JobPaths, TrainingJob
+from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.outcome import LauncherFailureReport, WorkerErrorFile
 from opentc_toolkit.plan import MAX_ARG_BYTES, LaunchSettings, build_plan
 
@@ -47,7 +47,7 @@ def test_single_worker_runs_the_bootstrap_in_one_process():
 
 
 def test_compiler_off_uses_the_eager_backend_and_no_cache():
-    p = plan(job(), CompilerSettings(enabled=False, backend="inductor"))
+    p = plan(job(), CompilerSettings(enabled=False, compiler_name="inductor"))
     assert option(p.command.argv, "--backend") == "eager"
     assert option(p.command.argv, "--compile-cache-dir") == ""
     assert p.command.env["USE_TORCH_XLA"] == "0"
@@ -84,7 +84,7 @@ def test_several_hosts_without_multi_worker_train_independently():
 
 
 def test_xla_cpu_with_several_workers_is_refused_before_launch():
-    with pytest.raises(JobConfigError, match="no cross-process collectives"):
+    with pytest.raises(BadInput, match="no cross-process collectives"):
         plan(job(hosts=("a", "b"), current="a"), CompilerSettings(enabled=True, multi_worker=True))
     # asked for explicitly, it runs
     p = plan(job(hosts=("a", "b"), current="a"),
@@ -108,19 +108,19 @@ def test_workers_per_host_override_and_bad_values():
     ("MASTER_PORT", "-1"), ("MASTER_PORT", "0"),
 ])
 def test_launch_settings_refuse_what_cannot_work(name, value):
-    with pytest.raises(JobConfigError, match=f"environment variable {name}={value!r} is not accepted: use "):
+    with pytest.raises(BadInput, match=f"environment variable {name}={value!r} is not accepted: use "):
         LaunchSettings.from_env({name: value})
 
 
 def test_bad_pjrt_device_is_named():
-    with pytest.raises(JobConfigError, match="PJRT_DEVICE='GPU'"):
+    with pytest.raises(BadInput, match="PJRT_DEVICE='GPU'"):
         plan(job(), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "GPU"})
 
 
 def test_the_users_pjrt_device_decides_and_cuda_needs_a_gpu():
     p = plan(job(gpus=2), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "cpu"})
     assert option(p.command.argv, "--device") == "cpu"
-    with pytest.raises(JobConfigError, match="^no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA"):
+    with pytest.raises(BadInput, match="^no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA"):
         plan(job(gpus=0), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "CUDA"})
 
 
@@ -140,9 +140,9 @@ def test_hyperparameters_stay_one_argv_element_each():
 
 
 def test_what_the_kernel_would_refuse_is_named_before_anything_starts():
-    with pytest.raises(JobConfigError, match=f"hyperparameter blob is {MAX_ARG_BYTES + 1} bytes long"):
+    with pytest.raises(BadInput, match=f"hyperparameter blob is {MAX_ARG_BYTES + 1} bytes long"):
         plan(job(args=("--blob", "x" * (MAX_ARG_BYTES + 1))), CompilerSettings(enabled=False))
-    with pytest.raises(JobConfigError, match="the environment variable SM_HPS would be"):
+    with pytest.raises(BadInput, match="the environment variable SM_HPS would be"):
         plan(job(script_env={"SM_HPS": "y" * MAX_ARG_BYTES}), CompilerSettings(enabled=False))
 
 
@@ -174,14 +174,14 @@ def test_sm_variables_describe_this_job_and_replace_preset_ones():
 
 
 def test_the_inductor_backend_plans_plain_pytorch_workers_that_compile():
-    p = plan(job(gpus=0), CompilerSettings(enabled=True, backend="inductor", multi_worker=True),
+    p = plan(job(gpus=0), CompilerSettings(enabled=True, compiler_name="inductor", multi_worker=True),
              launch=LaunchSettings(workers_per_host=2))
     argv = p.command.argv
     assert option(argv, "--backend") == "inductor" and option(argv, "--device") == "cpu"
     assert option(argv, "--nproc-per-node") == "2"            # several CPU workers: gloo has collectives
     assert p.command.env["USE_TORCH_XLA"] == "0" and p.command.env["ACCELERATE_DYNAMO_BACKEND"] == "inductor"
     assert option(argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "compile-cache")
-    p = plan(job(gpus=4), CompilerSettings(enabled=True, backend="inductor"),
+    p = plan(job(gpus=4), CompilerSettings(enabled=True, compiler_name="inductor"),
              env={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "ACCELERATE_DYNAMO_MODE": "max-autotune"})
     assert option(p.command.argv, "--device") == "cuda"
     assert p.command.env["ACCELERATE_DYNAMO_BACKEND"] == "aot_eager"            # the user's choice is kept ...

@@ -21,11 +21,11 @@ from typing import ClassVar, NoReturn
 from . import exit_codes
 from .compile_report import CompileReport, log_report, write_compile_report
 from .cuda_driver import driver_problem
-from .errors import record_error
+from .failure_records import record_error
+from .identity import WorkerIdentity
 from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
 from .options import WorkerOptions
 from .published_cache import WorkingCopy
-from .runtime import WorkerIdentity
 from .steps import StepCounter
 
 log = logging.getLogger("opentc_launcher")
@@ -155,6 +155,7 @@ class CompilerBackend(ABC):
 
     name: ClassVar[str]
     title: ClassVar[str]          # how the log calls it: "PyTorch/XLA", "torch.compile (TorchInductor)"
+    compiles: ClassVar[bool] = True   # False for plain PyTorch (eager): not a compiler a job can choose
 
     def missing(self) -> str | None:
         """What this backend needs that is not installed here, in words (the xla backend in the inductor image), or
@@ -165,8 +166,10 @@ class CompilerBackend(ABC):
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
         """The device every worker uses (`requested` is an option's value, or auto); raises LaunchRefused."""
 
-    def multi_worker_refusal(self, options: WorkerOptions, world_size: int) -> str | None:
-        """Why `world_size` workers cannot run as decided (the message, with what works instead), or None."""
+    def multi_worker_refusal(self, options: WorkerOptions, world_size: int,
+                             env: Mapping[str, str]) -> str | None:
+        """Why `world_size` workers cannot run as decided (the message, with what works instead, in the words of the
+        front end that started the launch: setting_names), or None."""
         return None
 
     def unsynchronized_warning(self, options: WorkerOptions, world_size: int) -> str | None:

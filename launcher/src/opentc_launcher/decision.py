@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from .backend import LaunchRefused
-from .backends import backend_named
 from .options import WorkerOptions
+from .registry import backend_named
 
 __all__ = ["LaunchRefused", "decide", "unsynchronized_warning"]   # LaunchRefused: what decide raises
 
@@ -36,7 +36,7 @@ def decide(options: WorkerOptions, world_size: int, env: Mapping[str, str], gpu_
         raise LaunchRefused(f"backend {options.backend} cannot run: {missing}. Use a backend this environment has "
                             f"(inductor, or eager for plain PyTorch), or an image that has {backend.title}.")
     decided = replace(options, device=backend.decide_device(options.device, env, gpu_count))
-    refusal = backend.multi_worker_refusal(decided, world_size)
+    refusal = backend.multi_worker_refusal(decided, world_size, env)
     if refusal:
         raise LaunchRefused(refusal)
     return decided

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 
 from .backend import CompilerBackend, WorkerSession, cuda_or_cpu
+from .identity import WorkerIdentity
 from .options import WorkerOptions
-from .runtime import WorkerIdentity
 
 
 class EagerBackend(CompilerBackend):
     name = "eager"
     title = "plain PyTorch (no compiler)"
+    compiles = False
 
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
         return cuda_or_cpu(requested, gpu_count, "plain PyTorch", env)

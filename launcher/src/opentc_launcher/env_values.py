@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import TypeVar, overload
 
-from .errors import shown
+from .text import shown
 
 Number = TypeVar("Number", int, float)
 
@@ -17,6 +17,13 @@ class BadEnvironmentValue(ValueError):
 
 MAX_PORT = 65535
 MAX_DIGITS = 18   # a whole number anyone means fits in 18 digits (and in a C long long)
+
+
+def flag(text: str) -> bool | None:
+    """"true" or "false", in any letter case and with blanks around: what a hyperparameter (hand-written, or a JSON
+    boolean the SDK wrote) and a launcher option (`--library-patches false`) may say; None for anything else."""
+    value = text.strip().lower()
+    return {"true": True, "false": False}.get(value)
 
 
 def whole_number(text: str) -> int | None:
@@ -50,10 +57,13 @@ def number_from_env(env: Mapping[str, str], name: str, kind: type[Number], defau
     if not text:
         return default
     value: Number | None
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
+    if kind is int:   # digits 0-9 only (no sign: every minimum here is >= 0); int() also takes '٣'
+        value = whole_number(text)
+    else:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
     if value is None or not math.isfinite(value) or value < minimum or (maximum is not None and value > maximum):
         what = "a whole number" if kind is int else "a finite number"
         bounds = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"

@@ -16,7 +16,7 @@ FAILED = 1
 BAD_INPUT = 2
 # A multi-host job's hosts never met: a name did not resolve, or the rendezvous timed out.
 PEERS_UNREACHABLE = 3
-# A worker compiled more graphs than sagemaker_training_compiler_max_compilations allows.
+# A worker compiled more graphs than its limit allows (--max-compilations).
 COMPILATION_LIMIT = 4
 # A death by signal N, or a job stopped by signal N: 128 + N (137 = SIGKILL, 143 = SIGTERM), as shells report it.
 SIGNAL_BASE = 128
@@ -28,7 +28,7 @@ TABLE = {
     BAD_INPUT: "bad input: nothing was started (a job file, hyperparameter, environment variable, requirement "
                "or launch that cannot run)",
     PEERS_UNREACHABLE: "the hosts of a multi-host job never met (name resolution or rendezvous)",
-    COMPILATION_LIMIT: "compilation limit reached (sagemaker_training_compiler_max_compilations)",
+    COMPILATION_LIMIT: "compilation limit reached (a worker compiled more graphs than its limit allows)",
     SIGNAL_BASE: "128 + N: killed by, or stopped on, signal N (137 = SIGKILL, often out of memory; "
                  "143 = SIGTERM, a stop)",
 }

@@ -7,7 +7,16 @@ tag, keeps a derived image (or a venv) right whatever it is called.
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import importlib.util
+
+
+def version(distribution: str) -> str | None:
+    """The installed version of a distribution (a pip package name), or None when it is not installed."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def has_module(name: str) -> bool:

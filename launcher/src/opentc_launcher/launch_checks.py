@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from . import exit_codes
 from .env_values import MAX_PORT, whole_number
-from .errors import shown
+from .text import shown
 
 log = logging.getLogger("opentc_launcher")
 

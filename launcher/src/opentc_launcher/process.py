@@ -3,6 +3,7 @@ processes a script starts (xla.spawned), so neither has to import the other."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import signal
 import sys
@@ -33,6 +34,25 @@ class StoppedWithExitCode(BaseException):
         super().__init__(summary)
         self.exit_code = exit_code
         self.summary = summary
+
+
+PR_SET_PDEATHSIG = 1          # prctl(2): the signal this process gets when its parent dies
+PR_SET_CHILD_SUBREAPER = 36   # prctl(2): orphans of this process's descendants are re-parented to it
+
+
+def prctl(option: int, value: int) -> bool:
+    """Linux's prctl(2) with one argument; False where there is none (not Linux)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent() -> bool:
+    """SIGKILL this process when its parent dies (`train` or opentc-run killed with SIGKILL, say), so nothing is
+    ever left running on its own; a normal stop still reaches it as SIGTERM first. False where that cannot be armed.
+    Safe between fork and exec (a child's preexec_fn): it only calls prctl."""
+    return prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _raise_terminated(signum: int, _frame: Any) -> None:

@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from . import exit_codes
-from .backends import backend_named
+from .arguments import add_worker_arguments
 from .commands import worker_command
 from .decision import LaunchRefused, decide, unsynchronized_warning
-from .env_values import MAX_PORT, whole_number
-from .errors import LAUNCH, FailureRecord, read_error_file, shown, tail
+from .env_values import MAX_PORT, BadEnvironmentValue, number_from_env
+from .failure_records import LAUNCH, FailureRecord, read_error_file
 from .files import write_atomically
 from .gpus import visible_gpu_count
 from .launch_checks import (
@@ -36,9 +36,11 @@ from .launch_checks import (
     option_problem,
     rendezvous_timeout,
 )
-from .options import WorkerOptions, add_worker_arguments
+from .options import WorkerOptions
 from .process import configure_logging
 from .published_cache import WorkingCopy
+from .registry import backend_named
+from .text import tail
 
 log = logging.getLogger("opentc_launcher")
 
@@ -87,11 +89,11 @@ def resolve_standard_variables(args) -> str | None:
             setattr(args, dest, value.text)
             continue
         low, high = (1, MAX_PORT) if dest == "master_port" else (0, None)
-        number = whole_number(value.text)
-        if number is None or number < low or (high is not None and number > high):
-            bounds = f"from {low} to {high}" if high is not None else f">= {low}"
-            return f"{value.variable}={shown(value.text)} is not accepted: use a whole number {bounds}."
-        setattr(args, dest, number)
+        try:
+            setattr(args, dest, number_from_env({value.variable: value.text}, value.variable, int, None,
+                                                minimum=low, maximum=high))
+        except BadEnvironmentValue as e:
+            return str(e)
     return None
 
 
@@ -171,14 +173,14 @@ def main(argv: list[str] | None = None) -> NoReturn:
     args = parser.parse_args(argv)
     if args.no_python or args.run_path:
         parser.error("--no-python and --run-path are not supported: every worker runs the script "
-                     "under the PyTorch/XLA bootstrap")
+                     "under its backend's bootstrap (opentc-worker)")
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, determine_local_world_size, parse_min_max_nnodes
 
-    gpu_count = visible_gpu_count()
+    gpu_count = args.gpu_count if args.gpu_count >= 0 else visible_gpu_count()   # counted once, handed down
     if args.master_port is None:   # torch >= 2.8 leaves it unset for run() to fill in; config_from_args needs it
         args.master_port = TORCHRUN_MASTER_PORT
     problem = resolve_standard_variables(args) or option_problem(args, gpu_count)
@@ -195,7 +197,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     world_size = parse_min_max_nnodes(args.nnodes)[1] * determine_local_world_size(args.nproc_per_node)
     try:
         # Decided once, before any process starts; every worker gets the decision as its options.
-        options = decide(WorkerOptions.from_namespace(args), world_size, os.environ, gpu_count)
+        options = decide(replace(WorkerOptions.from_namespace(args), gpu_count=gpu_count), world_size, os.environ,
+                         gpu_count)
     except LaunchRefused as e:
         _fail(args, exit_codes.BAD_INPUT, str(e))
     warning = unsynchronized_warning(options, world_size)

@@ -9,7 +9,6 @@ and opentc-run look for it).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import logging
 import os
 import signal
@@ -18,19 +17,25 @@ import traceback
 from typing import NoReturn
 
 from . import exit_codes
-from .backends import backend_named
+from .arguments import add_worker_arguments
 from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import BadEnvironmentValue
-from .errors import record_error, summarize_exception
-from .gpus import visible_gpu_count
-from .options import WorkerOptions, add_worker_arguments
-from .process import StoppedWithExitCode, Terminated, configure_logging, exit_code_of, raise_terminated_on_stop
-from .runtime import WorkerIdentity
+from .failure_records import record_error, summarize_exception
+from .identity import WorkerIdentity
+from .options import WorkerOptions
+from .process import (
+    StoppedWithExitCode,
+    Terminated,
+    configure_logging,
+    die_with_parent,
+    exit_code_of,
+    raise_terminated_on_stop,
+)
+from .registry import backend_named
 from .script import run_module, run_script, why_not_a_script
 
 log = logging.getLogger("opentc_launcher")
 
-_PR_SET_PDEATHSIG = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,15 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def die_with_parent() -> None:
-    """SIGKILL this worker when the process that started it dies (`train` or opentc-run killed with SIGKILL,
-    say), so no worker is ever left running on its own. A normal stop still reaches it as SIGTERM first."""
+def follow_parent() -> None:
+    """Die with the launcher that started this worker (process.die_with_parent), including when it died before the
+    signal was armed."""
     parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux
-        return
-    if os.getppid() != parent:  # the parent died before the signal was armed
+    if die_with_parent() and os.getppid() != parent:
         os._exit(exit_codes.of_signal(signal.SIGKILL))
 
 
@@ -107,7 +108,7 @@ def refuse(message: str) -> NoReturn:
 def main(argv: list[str] | None = None) -> NoReturn:
     configure_logging()
     args = build_parser().parse_args(argv)
-    die_with_parent()
+    follow_parent()
     options = WorkerOptions.from_namespace(args)
     problem = None if args.module else why_not_a_script(args.script)
     if problem:
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         identity = WorkerIdentity.from_env(os.environ)
         # Started on its own, nothing is decided yet (auto); started by a launcher, its decision is checked again
         # here, so a device this worker cannot use is refused as opentc-run refuses it, whoever chose it.
-        options = decide(options, identity.world_size, os.environ, visible_gpu_count())
+        options = decide(options, identity.world_size, os.environ, options.gpus())
         warning = unsynchronized_warning(options, identity.world_size)
         if warning:
             log.warning("rank %d: %s", identity.rank, warning)

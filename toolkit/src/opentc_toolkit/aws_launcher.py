@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from opentc_launcher.env_values import whole_number
-from opentc_launcher.errors import shown
+from opentc_launcher.text import shown
 
 from .compiler import MULTI_WORKER, CompilerSettings
-from .errors import JobConfigError
-from .job import TrainingJob
+from .job import AdaptedJob, TrainingJob
+from .not_started import BadInput
 
 SM_DIST = "torch_xla.distributed.sm_dist"
 TRAINING_SCRIPT = "training_script"
@@ -33,15 +33,6 @@ XRT_SETTINGS = ("resource_config", "mesh_service_port", "worker_port")
 # The options sm_dist parsed itself; they never reached the training script.
 CONSUMED = (TRAINING_SCRIPT, NUM_GPUS, *XRT_SETTINGS)
 MAX_LISTED = 20
-
-
-@dataclass(frozen=True)
-class AdaptedJob:
-    """The job as it really runs, and one line saying what was recognised and what runs instead."""
-
-    job: TrainingJob
-    settings: CompilerSettings
-    summary: str
 
 
 def calls_sm_dist(path: str) -> bool:
@@ -93,27 +84,27 @@ def _listing(code: str) -> str:
 
 
 def _training_script(value: str | None, code: str, entry: str) -> str:
-    """The script sm_dist would have run, relative to the code folder; JobConfigError saying what to change."""
+    """The script sm_dist would have run, relative to the code folder; BadInput saying what to change."""
     launcher = (f"{entry} is an AWS-era distributed launcher: it calls {SM_DIST}, which upstream torch-xla "
                 f"does not have, so this image runs the script it names itself")
     if value is None or not value.strip():
-        raise JobConfigError(
+        raise BadInput(
             f"{launcher}, but the job has no hyperparameter {TRAINING_SCRIPT}: add hyperparameter "
             f"{TRAINING_SCRIPT}=<your script> (a .py file in the code folder, e.g. \"train.py\"), or make your "
             f"script the entry point and set distribution pytorchxla enabled (hyperparameter {MULTI_WORKER}=true).")
     relative = os.path.relpath(os.path.normpath(os.path.join(code, value)), code)
     if relative == os.curdir or relative.split(os.sep, 1)[0] == os.pardir:
-        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is outside the code folder "
+        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is outside the code folder "
                              f"{code}: name a .py file in it, relative to it ({_listing(code)}).")
     path = os.path.join(code, relative)
     if not os.path.isfile(path):
-        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} names no file in the code "
+        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} names no file in the code "
                              f"folder {code} ({_listing(code)}): set {TRAINING_SCRIPT} to one of them.")
     if not relative.endswith(".py"):
-        raise JobConfigError(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is not a .py file: "
+        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is not a .py file: "
                              f"set it to your Python training script ({_listing(code)}).")
     if calls_sm_dist(path):
-        raise JobConfigError(
+        raise BadInput(
             f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is such a launcher too (it calls "
             f"{SM_DIST}): set {TRAINING_SCRIPT} to your training script itself ({_listing(code)}).")
     return relative
@@ -128,7 +119,7 @@ def _workers_per_host(value: str | None, job: TrainingJob, entry: str) -> int | 
         return number
     accepted = (f"a whole number from 1 to {job.num_gpus} (the GPUs on this host)" if job.num_gpus
                 else "a whole number >= 1")
-    raise JobConfigError(
+    raise BadInput(
         f"hyperparameter {NUM_GPUS} has the value {shown(value)}, which is not accepted: with the AWS-era launcher "
         f"{entry} ({SM_DIST}) it is the number of workers per host, {accepted}; or remove it for one worker "
         f"per GPU.")
@@ -145,12 +136,13 @@ def adapt_aws_launcher(job: TrainingJob, settings: CompilerSettings, code: str) 
     script_args, consumed = convert_arguments(job.user_args)
     script = _training_script(consumed.get(TRAINING_SCRIPT), code, entry)
     workers = _workers_per_host(consumed.get(NUM_GPUS), job, entry)
-    adapted = replace(job, entry_point=script, user_args=script_args, workers_per_host=workers)
+    adapted = replace(job, entry_point=script, user_args=script_args, workers_per_host=workers,
+                      workers_asked_by=f"the hyperparameter {NUM_GPUS}" if workers else job.workers_asked_by)
     how_many = "one worker per GPU" if workers is None else f"{workers} worker(s) per host ({NUM_GPUS}={workers})"
     notes = []
     if not settings.multi_worker:
         notes.append(f"{MULTI_WORKER} taken as true")
-    if not settings.backend_named and settings.backend != "xla":
+    if not settings.compiler_named and settings.compiler_name != "xla":
         notes.append("on XLA, which its script was written for")
     ignored = [key for key in XRT_SETTINGS if key in consumed]
     if ignored:
@@ -158,5 +150,6 @@ def adapt_aws_launcher(job: TrainingJob, settings: CompilerSettings, code: str) 
     summary = (f"AWS-era launcher {entry} calls {SM_DIST}, which upstream torch-xla does not have: running "
                f"{TRAINING_SCRIPT}={script} directly, {how_many}, with arguments {list(script_args)}"
                + (f" ({'; '.join(notes)})" if notes else ""))
-    backend = settings.backend if settings.backend_named else "xla"
-    return AdaptedJob(job=adapted, settings=replace(settings, multi_worker=True, backend=backend), summary=summary)
+    compiler = settings.compiler_name if settings.compiler_named else "xla"
+    return AdaptedJob(job=adapted, settings=replace(settings, multi_worker=True, compiler_name=compiler),
+                      summary=summary)

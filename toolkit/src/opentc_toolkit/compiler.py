@@ -10,14 +10,14 @@ from types import MappingProxyType
 from typing import Any
 
 from opentc_launcher.backend import CompilerBackend
-from opentc_launcher.backends import backend_named
 from opentc_launcher.cuda_driver import XLA_IMAGE_VARIABLE
-from opentc_launcher.env_values import MAX_DIGITS, whole_number
-from opentc_launcher.errors import shown
+from opentc_launcher.env_values import MAX_DIGITS, flag, whole_number
 from opentc_launcher.installed import default_compiler, why_default
-from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES
+from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER
+from opentc_launcher.registry import COMPILER_NAMES, backend_named
+from opentc_launcher.text import shown
 
-from .errors import JobConfigError
+from .not_started import BadInput
 
 ENABLED = "sagemaker_training_compiler_enabled"
 DEBUG = "sagemaker_training_compiler_debug_mode"
@@ -28,9 +28,19 @@ CACHE_DIR = "sagemaker_training_compiler_cache_dir"
 MAX_COMPILATIONS = "sagemaker_training_compiler_max_compilations"
 LIBRARY_PATCHES = "sagemaker_training_compiler_library_patches"
 BACKEND = "sagemaker_training_compiler_backend"
-# The compilers the hyperparameter chooses from: xla (AWS's Training Compiler) and inductor. Unset, the image's own:
-# xla where torch-xla is installed (the xla image), else inductor (opentc_launcher.installed).
-COMPILER_BACKENDS = ("xla", "inductor")
+
+# The launcher's words for a setting, as a SageMaker job sets it (opentc_launcher.setting_names): handed down to the
+# launcher and its workers, so their messages name the hyperparameter to change.
+SETTING_NAMES = {
+    "--nproc-per-node 1": f"{MULTI_WORKER}=false",
+    "--backend eager": f"{ENABLED}=false",
+    "--backend inductor": f'{BACKEND}="inductor"',
+    "--cpu-multi-worker unsynchronized": f'hyperparameter {CPU_MULTI_WORKER}="unsynchronized"',
+    "--library-patches false": f"{LIBRARY_PATCHES}=false",
+    "--max-compilations": f"hyperparameter {MAX_COMPILATIONS}",
+    "TORCH_LOGS=graph_breaks": f"debug mode ({DEBUG}=true)",
+    "PT_XLA_DEBUG_LEVEL=1": f"debug mode ({DEBUG}=true)",
+}
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
 COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS, LIBRARY_PATCHES)
@@ -44,9 +54,9 @@ def _boolean(params: Mapping[str, Any], key: str, default: bool) -> bool:
     value = params[key]
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise JobConfigError(
+    if isinstance(value, str) and flag(value) is not None:
+        return bool(flag(value))
+    raise BadInput(
         f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use \"true\" or \"false\" "
         f"(a JSON boolean, as the SageMaker SDK writes it, or that string in any letter case).")
 
@@ -55,7 +65,7 @@ def _choice(params: Mapping[str, Any], key: str, choices: tuple[str, ...], defau
     value = params.get(key, default)
     if isinstance(value, str) and value.strip().lower() in choices:
         return value.strip().lower()
-    raise JobConfigError(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use one of "
+    raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use one of "
                          + ", ".join(f'"{c}"' for c in choices) + ".")
 
 
@@ -63,7 +73,7 @@ def _whole_number(params: Mapping[str, Any], key: str, default: int) -> int:
     value = params.get(key, default)
     number = None if isinstance(value, bool) or not isinstance(value, (int, str)) else whole_number(str(value))
     if number is None:
-        raise JobConfigError(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use a whole "
+        raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use a whole "
                              f"number >= 0 in digits 0-9, at most {MAX_DIGITS} of them (0 means no limit).")
     return number
 
@@ -71,7 +81,7 @@ def _whole_number(params: Mapping[str, Any], key: str, default: int) -> int:
 def _folder(params: Mapping[str, Any], key: str) -> str:
     value = params.get(key, "")
     if not isinstance(value, str) or (value and not os.path.isabs(value)):
-        raise JobConfigError(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: "
+        raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: "
                              f"use an absolute folder path inside the container, "
                              f"e.g. \"/opt/ml/checkpoints/xla-cache\".")
     return value
@@ -80,11 +90,12 @@ def _folder(params: Mapping[str, Any], key: str) -> str:
 @dataclass(frozen=True)
 class CompilerSettings:
     enabled: bool = False
-    backend: str = field(default_factory=default_compiler)   # the compiler when enabled: xla or inductor
-    backend_named: bool = False  # whether the job named it; else it is this image's default
+    # The compiler the job chose (xla or inductor); it runs only when enabled: backend_name says what runs.
+    compiler_name: str = field(default_factory=default_compiler)
+    compiler_named: bool = False  # whether the job named it; else it is this image's default
     debug: bool = False
     multi_worker: bool = False
-    cpu_multi_worker: str = "refuse"
+    cpu_multi_worker: str = DEFAULT_CPU_MULTI_WORKER
     cache: bool = True
     cache_dir: str = ""          # empty: the default under the checkpoints folder
     max_compilations: int = 0    # 0: no limit
@@ -93,25 +104,27 @@ class CompilerSettings:
     @property
     def backend_name(self) -> str:
         """The backend the workers run: the compiler chosen, or eager (plain PyTorch) with the compiler off."""
-        return self.backend if self.enabled else "eager"
+        return self.compiler_name if self.enabled else "eager"
 
     @property
-    def compiler(self) -> CompilerBackend:
+    def backend(self) -> CompilerBackend:
+        """The backend that runs (plain PyTorch's with the compiler off)."""
         return backend_named(self.backend_name)
 
     @classmethod
     def from_hyperparameters(cls, params: Mapping[str, Any]) -> CompilerSettings:
         unknown = sorted(k for k in params if k.startswith(COMPILER_PREFIX) and k not in COMPILER_KEYS)
         if unknown:
-            raise JobConfigError(f"unknown hyperparameter {unknown[0]}: the Training Compiler accepts "
+            raise BadInput(f"unknown hyperparameter {unknown[0]}: the Training Compiler accepts "
                                  + ", ".join(COMPILER_KEYS) + f" and {MULTI_WORKER}.")
         return cls(
             enabled=_boolean(params, ENABLED, False),
-            backend=_choice(params, BACKEND, COMPILER_BACKENDS, default_compiler()),
-            backend_named=BACKEND in params,
+            # Unset: the image's own compiler (xla where torch-xla is installed, else inductor).
+            compiler_name=_choice(params, BACKEND, COMPILER_NAMES, default_compiler()),
+            compiler_named=BACKEND in params,
             debug=_boolean(params, DEBUG, False),
             multi_worker=_boolean(params, MULTI_WORKER, False),
-            cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, "refuse"),
+            cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER),
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),
             max_compilations=_whole_number(params, MAX_COMPILATIONS, 0),
@@ -121,21 +134,21 @@ class CompilerSettings:
 
     def backend_note(self) -> str:
         """How the compiler was chosen, for the log."""
-        if self.backend_named:
-            return f"{BACKEND}={self.backend}"
-        return f"{BACKEND} not set: {self.backend} ({why_default(self.backend)})"
+        if self.compiler_named:
+            return f"{BACKEND}={self.compiler_name}"
+        return f"{BACKEND} not set: {self.compiler_name} ({why_default(self.compiler_name)})"
 
     def check_installed(self, env: Mapping[str, str]) -> None:
         """Refuse a compiler this image does not have (XLA in the inductor image), before anything runs."""
-        missing = self.compiler.missing() if self.enabled else None
+        missing = self.backend.missing() if self.enabled else None
         if not missing:
             return
         here = default_compiler()
         tag = env.get(XLA_IMAGE_VARIABLE, "").strip()
-        elsewhere = f"the xla image (tag {tag})" if tag and self.backend == "xla" else "an image that has it"
-        raise JobConfigError(
-            f'hyperparameter {BACKEND}="{self.backend}" cannot run in this image: {missing} (this image has torch '
-            f'{metadata.version("torch").split("+")[0]}). For {self.compiler.title}, use {elsewhere}; here, leave '
+        elsewhere = f"the xla image (tag {tag})" if tag and self.compiler_name == "xla" else "an image that has it"
+        raise BadInput(
+            f'hyperparameter {BACKEND}="{self.compiler_name}" cannot run in this image: {missing} (this image has '
+            f'torch {metadata.version("torch").split("+")[0]}). For {self.backend.title}, use {elsewhere}; here, leave '
             f'{BACKEND} unset or set it to "{here}" to compile with {backend_named(here).title}.')
 
 
@@ -154,7 +167,7 @@ def compiler_environment(settings: CompilerSettings, *, gpu_count: int, compiler
 
     The device is not one of them: the launch plan decides it (opentc_launcher.decision).
     """
-    wanted = settings.compiler.launch_environment(gpu_count=gpu_count, debug=settings.enabled and settings.debug,
+    wanted = settings.backend.launch_environment(gpu_count=gpu_count, debug=settings.enabled and settings.debug,
                                                   debug_dir=compiler_output)
     kept = {k: base_env[k] for k in wanted if k in base_env and base_env[k] != wanted[k]}
     applied = {k: v for k, v in wanted.items() if k not in base_env}

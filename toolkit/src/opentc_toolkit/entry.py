@@ -27,14 +27,15 @@ from opentc_launcher.files import unwritable
 
 from .aws_launcher import adapt_aws_launcher
 from .compiler import BACKEND, DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
-from .errors import JobConfigError, JobStopped
 from .job import JobPaths, TrainingJob, read_job
 from .job_summary import JobRecorder, write_summary
-from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stopped
+from .model_trainer import adapt_model_trainer
+from .not_started import BadInput, JobNotStarted
+from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stop_outcome
 from .peers import wait_for_hosts
-from .plan import LaunchPlan, LaunchSettings, build_plan
+from .plan import LaunchPlan, LaunchSettings, build_plan, with_setting_names
 from .source import entry_point_path, fetch_code, install_requirements
-from .supervisor import Supervisor
+from .supervisor import JobStopped, Supervisor
 from .wrap_up import settle, wrap_up
 
 log = logging.getLogger("opentc_toolkit")
@@ -46,7 +47,7 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
     if settings.enabled:
         log.info("Found configuration for Training Compiler")
         log.info("Configuring SM Training Compiler... (%s)", settings.backend_note())
-        for note in settings.compiler.launch_notes(plan.options, job.num_gpus, base_env):
+        for note in settings.backend.launch_notes(plan.options, job.num_gpus, with_setting_names(base_env)):
             log.info("%s", note)
         if settings.debug:
             log.info("Training Compiler set to debug mode. This may impact performance. "
@@ -85,19 +86,23 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         job = recorder.job = read_job(paths)
         settings = recorder.settings = CompilerSettings.from_hyperparameters(job.framework_params)
         settings.check_installed(base_env)
+        adapted = adapt_model_trainer(job, settings)
+        if adapted is not None:   # the job as the SageMaker SDK v3's ModelTrainer laid it out
+            log.info("%s", adapted.summary)
+            job = recorder.job = adapted.job
         # SageMaker creates these; a job folder run by hand may lack them, and SM_MODEL_DIR and
         # SM_OUTPUT_DATA_DIR point the script at them.
         for folder in (paths.output_data, paths.model):
             try:
                 os.makedirs(folder, exist_ok=True)
             except OSError as e:
-                raise JobConfigError(f"the job folder cannot hold its output: {folder} cannot be created "
+                raise BadInput(f"the job folder cannot hold its output: {folder} cannot be created "
                                      f"({e}); model/ and output/ must be writable folders.") from None
         # The job summary goes there, and with the compiler on its report and debug artefacts (output/data/compiler).
         for folder in (paths.output_data, *((job.paths.compiler_output,) if settings.enabled else ())):
             problem = unwritable(folder)
             if problem:
-                raise JobConfigError(f"the job folder cannot hold its output: nothing can be written in {folder} "
+                raise BadInput(f"the job folder cannot hold its output: nothing can be written in {folder} "
                                      f"({problem}); output/data must be a writable folder (SageMaker's always is; a "
                                      f"job folder mounted by hand must be mounted read-write).")
         code = fetch_code(job, scratch)
@@ -111,17 +116,17 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         plan = recorder.plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), code,
                                           scratch)
         announce(job, settings, plan, base_env)
-        cache = recorder.cache = settings.compiler.cache_copy(plan.options, base_env)
+        cache = recorder.cache = settings.backend.cache_copy(plan.options, base_env)
         if cache is not None:
             log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(),
                      cache.working)
         wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
         result = supervisor.run(plan.command, on_line=recorder.lines.feed)
         return judge(result, plan.failure_source, job.current_host, plan.world.size)
-    except JobConfigError as e:
+    except JobNotStarted as e:   # bad input, requirements that did not install, peers that never met
         return not_started(str(e), e.exit_code)
     except JobStopped as e:
-        return stopped(e.result, e.processes, e.during)
+        return stop_outcome(e.result, e.processes, e.during)
     except Exception as e:  # the toolkit's own fault: say so, with its traceback after the reason
         return Outcome(exit_codes.FAILED, failure_message(
             f"Training failed: the toolkit failed before the training script ended: {type(e).__name__}: {e}",
@@ -141,7 +146,7 @@ def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
     supervisor = None
     try:
         launch = LaunchSettings.from_env(base_env)
-    except JobConfigError as e:
+    except JobNotStarted as e:
         outcome = not_started(str(e), e.exit_code)
     else:
         supervisor = Supervisor(grace=launch.grace)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from opentc_launcher.errors import printable
+from opentc_launcher.gpus import visible_gpu_count
+from opentc_launcher.text import printable
 
-from .errors import JobConfigError
-from .model_trainer import ModelTrainerSource, read_model_trainer_source
+from .compiler import CompilerSettings
+from .not_started import BadInput
 
 HYPERPARAMETERS = "hyperparameters.json"
 RESOURCE_CONFIG = "resourceconfig.json"
@@ -69,6 +70,9 @@ class JobPaths:
 
 @dataclass(frozen=True)
 class TrainingJob:
+    """The job, as its files describe it (read_job); adapters at the edge turn a job that some launcher or SDK laid
+    out its own way into what really runs (AdaptedJob)."""
+
     paths: JobPaths
     entry_point: str | None              # sagemaker_program (or SAGEMAKER_PROGRAM)
     submit_directory: str                   # sagemaker_submit_directory, or the code folder
@@ -80,8 +84,9 @@ class TrainingJob:
     num_gpus: int
     script_env: Mapping[str, str]           # SM_* variables for the script
     requirements_file: str = "requirements.txt"   # in the code folder, installed before the script runs
-    model_trainer: ModelTrainerSource | None = None   # the SageMaker SDK v3's SourceCode, when it sent one
-    workers_per_host: int | None = None   # what the job itself asks for (an AWS-era launcher's num_gpus)
+    code_submitted: bool = False          # whether sagemaker_submit_directory named the code
+    workers_per_host: int | None = None   # what the job itself asks for (an adapter read it), else one per GPU
+    workers_asked_by: str = ""            # where that number came from, in the words of whoever wrote it
     job_name: str | None = None           # SageMaker's TRAINING_JOB_NAME, or the hyperparameter sagemaker_job_name
 
     @property
@@ -98,22 +103,22 @@ def _frozen(mapping: Mapping) -> Mapping:
 
 
 def _read_object(paths: JobPaths, name: str, expected: str) -> dict:
-    """A job file that must hold a JSON object; JobConfigError naming the file and what it must hold."""
+    """A job file that must hold a JSON object; BadInput naming the file and what it must hold."""
     path = os.path.join(paths.input_config, name)
     where = f"input/config/{name}"
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))
     except FileNotFoundError:
-        raise JobConfigError(
+        raise BadInput(
             f"job file missing: {where} (looked for {path}); it must hold {expected}. SageMaker writes it; a "
             f"job folder run by hand needs input/config/{HYPERPARAMETERS}, {RESOURCE_CONFIG} and "
             f"{INPUT_DATA_CONFIG} (copy them from /opt/opentc/sample-job, or sample/job in the repository).") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise JobConfigError(f"job file {where} cannot be read as JSON ({type(e).__name__}: {e}); it must "
+        raise BadInput(f"job file {where} cannot be read as JSON ({type(e).__name__}: {e}); it must "
                              f"hold {expected}.") from None
     if not isinstance(data, dict):
-        raise JobConfigError(f"job file {where} holds a JSON {type(data).__name__}, not an object; it must "
+        raise BadInput(f"job file {where} holds a JSON {type(data).__name__}, not an object; it must "
                              f"hold {expected}.")
     return data
 
@@ -123,16 +128,16 @@ def _check_hyperparameter_names(raw: Mapping[str, Any]) -> None:
     the command line and in SM_HPS. The operating system refuses '=' in a name and NUL anywhere."""
     for key, value in raw.items():
         if not key or "=" in key or "\0" in key:
-            raise JobConfigError(
+            raise BadInput(
                 f"hyperparameter name {key!r} is not accepted: a name becomes an environment variable "
                 f"(SM_HP_<NAME>) and an option (--<name>), so it must be non-empty and hold neither '=' nor a "
                 f"NUL character.")
         text = value if isinstance(value, str) else json.dumps(value)
         if "\0" in text or "\\u0000" in text:
-            raise JobConfigError(f"hyperparameter {key} holds a NUL character, which no command line or "
+            raise BadInput(f"hyperparameter {key} holds a NUL character, which no command line or "
                                  f"environment variable can carry: remove it.")
         if not _is_text(key):
-            raise JobConfigError(f"hyperparameter name {printable(key)!r} holds an unpaired surrogate (a \\ud800 to "
+            raise BadInput(f"hyperparameter name {printable(key)!r} holds an unpaired surrogate (a \\ud800 to "
                                  f"\\udfff escape with no partner), which is not text: use valid UTF-8.")
 
 
@@ -160,13 +165,13 @@ def _check_decoded_values(decoded: Mapping[str, Any]) -> None:
     for key, value in decoded.items():
         if not _is_text(value):
             shown = printable(json.dumps(value, ensure_ascii=False))[:80]
-            raise JobConfigError(
+            raise BadInput(
                 f"hyperparameter {key} holds an unpaired surrogate ({shown}: a \\ud800 to \\udfff escape with no "
                 f"partner), which is not text: no command line or environment variable can carry it. Use valid "
                 f"UTF-8 text.")
     for key in STRING_KEYS:
         if key in decoded and not isinstance(decoded[key], str):
-            raise JobConfigError(
+            raise BadInput(
                 f"hyperparameter {key} is {json.dumps(decoded[key])[:80]} (a JSON {_json_kind(decoded[key])}), "
                 f"not a string: it must be a JSON-encoded string, as the SageMaker SDK writes it "
                 f"(\"{key}\": \"\\\"train.py\\\"\").")
@@ -192,14 +197,14 @@ def _hosts(resource: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
     hosts, current = resource.get("hosts"), resource.get("current_host")
     where = f"input/config/{RESOURCE_CONFIG}"
     if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
-        raise JobConfigError(f"{where}: \"hosts\" is {hosts!r}; it must be a non-empty list of host names, "
+        raise BadInput(f"{where}: \"hosts\" is {hosts!r}; it must be a non-empty list of host names, "
                              f"e.g. [\"algo-1\"] (SageMaker lists every host of the job, in the same order "
                              f"on each).")
     if not isinstance(current, str) or current not in hosts:
-        raise JobConfigError(f"{where}: \"current_host\" is {current!r}; it must be one of hosts {hosts}.")
+        raise BadInput(f"{where}: \"current_host\" is {current!r}; it must be one of hosts {hosts}.")
     repeated = sorted({h for h in hosts if hosts.count(h) > 1})
     if repeated:
-        raise JobConfigError(f"{where}: \"hosts\" names {repeated[0]!r} more than once ({hosts}); every host of the "
+        raise BadInput(f"{where}: \"hosts\" names {repeated[0]!r} more than once ({hosts}); every host of the "
                              f"job must appear once, in the same order on each host.")
     return tuple(hosts), current
 
@@ -215,7 +220,6 @@ def read_job(paths: JobPaths) -> TrainingJob:
     channels = _read_object(paths, INPUT_DATA_CONFIG, "an object with one entry per input channel, "
                                                       "e.g. {\"train\": {\"TrainingInputMode\": \"File\"}}, "
                                                       "or {} for a job without channels")
-    model_trainer = read_model_trainer_source(paths.base)
     decoded = decode_hyperparameters(raw)
     _check_decoded_values(decoded)
     from sagemaker_training import environment
@@ -224,6 +228,9 @@ def read_job(paths: JobPaths) -> TrainingJob:
         # An empty mapping makes Environment read the file itself, which holds the same empty object.
         env = environment.Environment(resource_config=resource, input_data_config=channels,
                                       hyperparameters=decoded)
+        # The launcher's count (NVML, honouring CUDA_VISIBLE_DEVICES), which opentc-run and the workers are handed:
+        # one count for the whole launch, not sagemaker-training's nvidia-smi list beside it.
+        gpus = visible_gpu_count()
         description = TrainingJob(
             paths=paths,
             entry_point=env.user_entry_point or None,
@@ -233,34 +240,23 @@ def read_job(paths: JobPaths) -> TrainingJob:
             user_args=tuple(str(a) for a in env.to_cmd_args()),
             hosts=hosts,
             current_host=current_host,
-            num_gpus=env.num_gpus,
-            script_env=_frozen(env.to_env_vars()),
+            num_gpus=gpus,
+            script_env=_frozen({**env.to_env_vars(), "SM_NUM_GPUS": str(gpus)}),
+            code_submitted="sagemaker_submit_directory" in raw,
             job_name=env.job_name or (str(decoded["sagemaker_job_name"]) if decoded.get("sagemaker_job_name")
                                       else None),
         )
-        if model_trainer is not None:
-            description = with_model_trainer_source(description, model_trainer, submit_directory_given=(
-                "sagemaker_submit_directory" in raw))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise JobConfigError(f"the job files under {paths.input_config} could not be turned into a job: "
+        raise BadInput(f"the job files under {paths.input_config} could not be turned into a job: "
                              f"{type(e).__name__}: {e}") from None
     return description
 
 
-def with_model_trainer_source(job: TrainingJob, source: ModelTrainerSource,
-                              submit_directory_given: bool) -> TrainingJob:
-    """The job as the SDK v3's SourceCode describes it, where the hyperparameters do not say otherwise: the
-    entry script and the code channel, the requirements file, and the SM_* variables its drivers would set
-    that sagemaker-training does not."""
-    entry_point = job.entry_point or source.entry_script
-    extra = {
-        "SM_SOURCE_DIR": source.code_dir,
-        "SM_ENTRY_SCRIPT": entry_point or "",
-        "SM_HOST_COUNT": str(len(job.hosts)),
-        "SM_CURRENT_HOST_RANK": str(job.host_index),
-        "SM_MASTER_ADDR": job.hosts[0],
-    }
-    return replace(job, entry_point=entry_point,
-                   submit_directory=job.submit_directory if submit_directory_given else source.code_dir,
-                   requirements_file=source.requirements, model_trainer=source,
-                   script_env=_frozen({**extra, **job.script_env}))
+@dataclass(frozen=True)
+class AdaptedJob:
+    """The job as it really runs, its compiler settings, and one line saying what was recognised and what runs
+    instead (for the log)."""
+
+    job: TrainingJob
+    settings: CompilerSettings
+    summary: str

@@ -11,7 +11,6 @@ reason for a job to fail: anything that goes wrong here is logged and the job's 
 from __future__ import annotations
 
 import glob
-import importlib.metadata as metadata
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ from typing import Any
 
 from opentc_compare.summary import FILE_NAME, FORMAT, headline
 from opentc_launcher.files import write_json
+from opentc_launcher.installed import version
 from opentc_launcher.published_cache import WorkingCopy
 
 from .compiler import CompilerSettings
@@ -48,13 +48,6 @@ class JobRecorder:
     settings: CompilerSettings | None = None
     plan: LaunchPlan | None = None
     cache: WorkingCopy | None = None     # the working copy of the compilation cache, when the backend uses one
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _records(folder: str) -> list[dict[str, Any]]:
@@ -91,8 +84,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> d
     memory = [r["peak_memory_mb"] for r in records if r.get("peak_memory_mb") is not None]
     return {
         "format": FORMAT,
-        "job_name": os.environ.get("TRAINING_JOB_NAME") or (job.job_name if job else None)
-                    or os.path.basename(os.path.normpath(paths.base)),
+        "job_name": (job.job_name if job else None) or os.path.basename(os.path.normpath(paths.base)),
         "outcome": {"exit_code": outcome.exit_code, "succeeded": outcome.succeeded,
                     "stopped": outcome.stopped,
                     "headline": outcome.message.split("\n", 1)[0] or None},
@@ -102,7 +94,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> d
         "workers_on_this_host": plan.world.workers_per_host if plan else None,
         "hosts": list(job.hosts) if job else [],
         "current_host": job.current_host if job else None,
-        "versions": {name: _version(dist) for name, dist in VERSIONED.items()},
+        "versions": {name: version(dist) for name, dist in VERSIONED.items()},
         "wall_seconds": round(time.time() - recorder.started, 3),
         "first_step_seconds": round(min(first_steps) - recorder.started, 3) if first_steps else None,
         "optimizer_steps": first.get("optimizer_steps", 0),

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from opentc_launcher.env_values import whole_number
 
-from .compiler import MULTI_WORKER
-from .errors import JobConfigError
+from .compiler import MULTI_WORKER, CompilerSettings
+from .job import AdaptedJob, TrainingJob
+from .not_started import BadInput
 
 # The entrypoint the SDK gives the container (sagemaker/train/constants.py, sagemaker-train 1.27).
 SDK_ENTRYPOINT = ("chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && "
@@ -53,9 +55,9 @@ def _read(path: str) -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:
-        raise JobConfigError(f"the SageMaker SDK's {path} cannot be read ({type(e).__name__}: {e})") from None
+        raise BadInput(f"the SageMaker SDK's {path} cannot be read ({type(e).__name__}: {e})") from None
     if not isinstance(data, dict):
-        raise JobConfigError(f"the SageMaker SDK's {path} holds a JSON {type(data).__name__}, not an object")
+        raise BadInput(f"the SageMaker SDK's {path} holds a JSON {type(data).__name__}, not an object")
     return data
 
 
@@ -68,19 +70,19 @@ def read_model_trainer_source(base: str) -> ModelTrainerSource | None:
     source = _read(source_file)
     distributed = _read(os.path.join(folder, "distributed.json"))
     if "mpi_additional_options" in distributed:
-        raise JobConfigError(f"ModelTrainer(distributed=MPI(...)) is not supported by this image: its workers run "
+        raise BadInput(f"ModelTrainer(distributed=MPI(...)) is not supported by this image: its workers run "
                              f"through torchrun. Use {RECIPE}.")
     if distributed.get("smp"):
-        raise JobConfigError(f"ModelTrainer(distributed=Torchrun(smp=SMP(...))) asks for SageMaker model "
+        raise BadInput(f"ModelTrainer(distributed=Torchrun(smp=SMP(...))) asks for SageMaker model "
                              f"parallelism, which this image does not have. Use {RECIPE}.")
     entry_script = source.get("entry_script") or None
     if entry_script and not str(entry_script).endswith(".py"):
-        raise JobConfigError(f"SourceCode(entry_script={entry_script!r}) is not accepted: this image runs Python "
+        raise BadInput(f"SourceCode(entry_script={entry_script!r}) is not accepted: this image runs Python "
                              f"scripts. Use {RECIPE}.")
     workers = distributed.get("process_count_per_node")
     count = None if workers is None or isinstance(workers, bool) else whole_number(str(workers))
     if workers is not None and not count:
-        raise JobConfigError(f"Torchrun(process_count_per_node={workers!r}) is not accepted: use a whole number >= 1 "
+        raise BadInput(f"Torchrun(process_count_per_node={workers!r}) is not accepted: use a whole number >= 1 "
                              f"(workers per host), or leave it out for one worker per GPU.")
     return ModelTrainerSource(
         code_dir=os.path.join(base, "input", "data", "code"),
@@ -92,11 +94,38 @@ def read_model_trainer_source(base: str) -> ModelTrainerSource | None:
     )
 
 
+def adapt_model_trainer(job: TrainingJob, settings: CompilerSettings) -> AdaptedJob | None:
+    """The job as the SDK v3's SourceCode describes it (None for a job the SDK v3 did not lay out), where the
+    hyperparameters do not say otherwise: the entry script and the code channel, the requirements file, the
+    workers per host, and the SM_* variables its drivers would set that sagemaker-training does not."""
+    source = read_model_trainer_source(job.paths.base)
+    if source is None:
+        return None
+    check_distribution(source, settings.multi_worker)
+    entry_point = job.entry_point or source.entry_script
+    extra = {
+        "SM_SOURCE_DIR": source.code_dir,
+        "SM_ENTRY_SCRIPT": entry_point or "",
+        "SM_HOST_COUNT": str(len(job.hosts)),
+        "SM_CURRENT_HOST_RANK": str(job.host_index),
+        "SM_MASTER_ADDR": job.hosts[0],
+    }
+    adapted = replace(job, entry_point=entry_point,
+                      submit_directory=job.submit_directory if job.code_submitted else source.code_dir,
+                      requirements_file=source.requirements, workers_per_host=source.workers_per_host,
+                      workers_asked_by="Torchrun(process_count_per_node)" if source.workers_per_host else "",
+                      script_env=MappingProxyType({**extra, **job.script_env}))
+    return AdaptedJob(job=adapted, settings=settings, summary=(
+        f"SageMaker SDK v3 ModelTrainer job: entry script {entry_point}, code in "
+        f"{adapted.submit_directory}, requirements {source.requirements}"
+        + (f", {source.workers_per_host} worker(s) per host" if source.workers_per_host else "")))
+
+
 def check_distribution(source: ModelTrainerSource, multi_worker: bool) -> None:
     """Torchrun asks for several workers per host: this image starts them through its own launcher when the
     job says so with the multi-worker hyperparameter (so that the compiler's settings reach every worker)."""
     if source.torchrun and not multi_worker:
-        raise JobConfigError(
+        raise BadInput(
             f"ModelTrainer(distributed=Torchrun(...)) asks for several workers, but the hyperparameter "
             f"{MULTI_WORKER} is not true: set {MULTI_WORKER}=True in ModelTrainer(hyperparameters=...) and this "
             f"image's launcher runs one worker per GPU (or process_count_per_node), with the compiler settings; "
@@ -111,7 +140,7 @@ def takes_over(base: str, execution_string: str, pid: int) -> bool:
         return False
     try:
         source = _read(os.path.join(drivers_dir(base), "sourcecode.json"))
-    except JobConfigError:
+    except BadInput:
         return True   # train reads it again and reports what is wrong with it
     return bool(source) and not source.get("command")
 

@@ -11,7 +11,8 @@ import sys
 from dataclasses import dataclass
 
 from opentc_launcher import exit_codes
-from opentc_launcher.errors import LAUNCH, FailureRecord, printable, read_error_file, tail
+from opentc_launcher.failure_records import LAUNCH, FailureRecord, read_error_file
+from opentc_launcher.text import printable, tail
 
 from .job import JobPaths
 from .supervisor import ProcessResult
@@ -26,7 +27,7 @@ SUMMARY_CHARS = 600
 class Outcome:
     exit_code: int
     message: str = ""   # empty on success
-    stopped: bool = False   # a stop ended it (outcome.stopped), not a failure of its own
+    stopped: bool = False   # a stop ended it (stop_outcome), not a failure of its own
 
     @property
     def succeeded(self) -> bool:
@@ -80,7 +81,7 @@ STOP_CAUSES = {
 }
 
 
-def stopped(result: ProcessResult, processes: str = "the workers", during: str = "", summary: str = "") -> Outcome:
+def stop_outcome(result: ProcessResult, processes: str = "the workers", during: str = "", summary: str = "") -> Outcome:
     """A stop (StopTrainingJob, a spot interruption, MaxRuntime, docker stop, a closed terminal) and how the
     processes took it."""
     assert result.stopped_by is not None
@@ -138,7 +139,7 @@ def judge(result: ProcessResult, source: FailureSource, host: str, world_size: i
     """The outcome of the workers' run: success, a stop, or the failure in the failed worker's words."""
     record = None if result.exit_code == exit_codes.OK and result.stopped_by is None else source.read(result)
     if result.stopped_by is not None:
-        return stopped(result, summary=record.summary if record else "")
+        return stop_outcome(result, summary=record.summary if record else "")
     if result.exit_code == exit_codes.OK:
         return Outcome(exit_codes.OK)
     code = result.exit_code

@@ -7,15 +7,9 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 
-from opentc_launcher import exit_codes
-
-from .errors import JobConfigError
+from .not_started import PeersUnreachable
 
 log = logging.getLogger(__name__)
-
-
-class PeerUnreachable(JobConfigError):
-    exit_code = exit_codes.PEERS_UNREACHABLE
 
 
 def wait_for_hosts(hosts: Iterable[str], timeout: float,
@@ -23,7 +17,7 @@ def wait_for_hosts(hosts: Iterable[str], timeout: float,
                    clock: Callable[[], float] = time.monotonic,
                    sleep: Callable[[float], None] = time.sleep,
                    stopped: Callable[[], bool] = lambda: False) -> None:
-    """Return once every host name resolves (or the job is stopped); raise PeerUnreachable naming the
+    """Return once every host name resolves (or the job is stopped); raise PeersUnreachable naming the
     first host that did not resolve in time.
 
     SageMaker's hosts come up at about the same time, but a name may resolve a little later than the
@@ -38,7 +32,7 @@ def wait_for_hosts(hosts: Iterable[str], timeout: float,
                 break
             except OSError as e:
                 if clock() >= deadline:
-                    raise PeerUnreachable(
+                    raise PeersUnreachable(
                         f"host {host} could not be reached: its name did not resolve within {timeout:g} s "
                         f"({e}). Check that every host of the job is up and on the same network; "
                         f"OPENTC_PEER_TIMEOUT sets how long to wait.") from None

@@ -7,6 +7,7 @@ function `opentc-run` uses on its own). The workers receive the decision as opti
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -18,11 +19,11 @@ from opentc_launcher.decision import LaunchRefused, decide
 from opentc_launcher.env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from opentc_launcher.launch_checks import too_many_workers
 from opentc_launcher.options import WorkerOptions
+from opentc_launcher.setting_names import VARIABLE as SETTING_NAMES_VARIABLE
 
-from .compiler import CompilerSettings, compiler_environment
-from .errors import JobConfigError
+from .compiler import SETTING_NAMES, CompilerSettings, compiler_environment
 from .job import TrainingJob
-from .model_trainer import check_distribution
+from .not_started import BadInput
 from .outcome import FailureSource, LauncherFailureReport, WorkerErrorFile
 from .supervisor import Command
 
@@ -59,7 +60,7 @@ class LaunchSettings:
                 finish_timeout=number_from_env(env, "OPENTC_FINISH_TIMEOUT", float, DEFAULT_FINISH_TIMEOUT),
             )
         except BadEnvironmentValue as e:
-            raise JobConfigError(str(e)) from None
+            raise BadInput(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -107,17 +108,14 @@ def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
     as OPENTC_WORKERS_PER_HOST, else the job itself (an AWS-era launcher's num_gpus), else the SDK v3's
     Torchrun(process_count_per_node), says), meeting on hosts[0] (hosts[] is in the same order on every host).
     Returns the world and the peers to wait for."""
-    if job.model_trainer is not None:
-        check_distribution(job.model_trainer, settings.multi_worker)
     if not settings.multi_worker:
         return World(), ()
-    trainer_asked = job.model_trainer.workers_per_host if job.model_trainer else None
-    workers = launch.workers_per_host or job.workers_per_host or trainer_asked or max(job.num_gpus, 1)
-    asked_by = ("OPENTC_WORKERS_PER_HOST" if launch.workers_per_host else "the hyperparameter num_gpus"
-                if job.workers_per_host else "Torchrun(process_count_per_node)" if trainer_asked else "the GPU count")
+    workers = launch.workers_per_host or job.workers_per_host or max(job.num_gpus, 1)
+    asked_by = ("OPENTC_WORKERS_PER_HOST" if launch.workers_per_host else job.workers_asked_by or "the job"
+                if job.workers_per_host else "the GPU count")
     too_many = too_many_workers(workers, job.num_gpus, asked_by)
     if too_many:
-        raise JobConfigError(too_many)
+        raise BadInput(too_many)
     if not job.is_multi_host:
         return World(workers_per_host=workers), ()
     world = World(nodes=len(job.hosts), node_rank=job.host_index, workers_per_host=workers,
@@ -127,23 +125,30 @@ def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
 
 def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
     """What every worker runs with; the device and the CPU multi-worker policy decided for this world."""
-    requested = WorkerOptions(backend="eager")
+    requested = WorkerOptions(backend="eager", gpu_count=job.num_gpus)
     if settings.enabled:
         cache_dir = ""
         if settings.cache:
             cache_dir = settings.cache_dir or os.path.join(job.paths.checkpoints, DEFAULT_CACHE_FOLDER)
         requested = WorkerOptions(
-            backend=settings.backend,
+            backend=settings.compiler_name,
             cpu_multi_worker=settings.cpu_multi_worker,
             compile_report_dir=job.paths.compiler_output,
             compile_cache_dir=cache_dir,
             max_compilations=settings.max_compilations,
             library_patches=settings.library_patches,
+            gpu_count=job.num_gpus,
         )
     try:
-        return decide(requested, world.size, env, job.num_gpus)
+        return decide(requested, world.size, with_setting_names(env), job.num_gpus)
     except LaunchRefused as e:
-        raise JobConfigError(str(e)) from None
+        raise BadInput(str(e)) from None
+
+
+def with_setting_names(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the hyperparameters' names for the launcher's settings (compiler.SETTING_NAMES), which the launcher
+    and its workers word their messages with."""
+    return {**env, SETTING_NAMES_VARIABLE: json.dumps(SETTING_NAMES)}
 
 
 def check_os_limits(argv: tuple[str, ...], env: Mapping[str, str]) -> None:
@@ -153,14 +158,14 @@ def check_os_limits(argv: tuple[str, ...], env: Mapping[str, str]) -> None:
         if size > MAX_ARG_BYTES:
             option = argv[i - 1] if i > 0 and argv[i - 1].startswith("-") else ""
             what = f"hyperparameter {option.lstrip('-')}" if option else f"the command-line value {arg[:40]!r}..."
-            raise JobConfigError(
+            raise BadInput(
                 f"{what} is {size} bytes long on the command line; Linux passes at most {MAX_ARG_BYTES} bytes per "
                 f"argument. Hyperparameters reach the script as --name value: put a large value in a file of an "
                 f"input channel and pass its name instead.")
     for name, value in env.items():
         size = len(name.encode()) + 1 + len(value.encode("utf-8", "surrogateescape"))
         if size > MAX_ARG_BYTES:
-            raise JobConfigError(
+            raise BadInput(
                 f"the environment variable {name} would be {size} bytes long; Linux passes at most "
                 f"{MAX_ARG_BYTES} bytes per variable. SM_HPS, SM_TRAINING_ENV and SM_HP_<NAME> carry the "
                 f"hyperparameters: put a large value in a file of an input channel and pass its name instead.")
@@ -181,7 +186,8 @@ def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
     changes = compiler_environment(settings, gpu_count=job.num_gpus, compiler_output=job.paths.compiler_output,
                                    base_env=base_env)
     decided = job.script_env
-    env = {**{k: v for k, v in base_env.items() if not is_world_variable(k)}, **decided, **changes.applied}
+    env = {**{k: v for k, v in base_env.items() if not is_world_variable(k)}, **decided, **changes.applied,
+           **with_setting_names({})}
     env.setdefault("PYTHONUNBUFFERED", "1")
     script_part = [*options.to_argv(), script, *job.user_args]
     failure_source: FailureSource

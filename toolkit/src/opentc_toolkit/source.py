@@ -12,20 +12,16 @@ from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
 
 from opentc_launcher import exit_codes
-from opentc_launcher.errors import printable
 from opentc_launcher.script import why_not_a_script
+from opentc_launcher.text import printable
 
-from .errors import JobConfigError, JobStopped
 from .job import TrainingJob
+from .not_started import BadInput, RequirementsFailed
 from .outcome import last_lines
 from .stack import conflicts, constraints_text, stack_pins
-from .supervisor import Command, Supervisor
+from .supervisor import Command, JobStopped, Supervisor
 
 log = logging.getLogger(__name__)
-
-
-class RequirementsFailed(JobConfigError):
-    exit_code = exit_codes.FAILED
 
 
 def _local_path(uri: str) -> str:
@@ -69,10 +65,10 @@ def fetch_code(job: TrainingJob, scratch: str) -> str:
         if os.path.abspath(source) == os.path.abspath(code):
             return code
         if not os.path.exists(source):
-            raise JobConfigError(f"sagemaker_submit_directory {job.submit_directory!r} does not exist: use an "
+            raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} does not exist: use an "
                                  f"s3:// or file:// URI of a .tar.gz, or a folder inside the container.")
         if os.path.isfile(source) and not _is_tarball(source):
-            raise JobConfigError(f"sagemaker_submit_directory {job.submit_directory!r} is not a tar archive "
+            raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} is not a tar archive "
                                  f"(corrupt, or another format): it must be a .tar.gz of the source folder, "
                                  f"as the SageMaker SDK uploads it, or a folder.")
     target = code
@@ -85,10 +81,10 @@ def fetch_code(job: TrainingJob, scratch: str) -> str:
     try:
         files.download_and_extract(source, target)
     except (tarfile.TarError, EOFError, zlib.error) as e:
-        raise JobConfigError(f"sagemaker_submit_directory {job.submit_directory!r} is a corrupt tarball: "
+        raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} is a corrupt tarball: "
                              f"{type(e).__name__}: {e}. Upload the source folder again as a .tar.gz.") from None
     except Exception as e:  # boto3's errors: the user's input was wrong, or S3 unreachable
-        raise JobConfigError(f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched "
+        raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched "
                              f"into {target}: {type(e).__name__}: {e}") from None
     log.info("the job's code: sagemaker_submit_directory %s, in %s", uri, target)
     return target
@@ -125,7 +121,7 @@ def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, st
         lines = f.read().decode("utf-8", errors="replace").splitlines()
     clashes = conflicts(lines, pins)
     if clashes:
-        raise JobConfigError(
+        raise BadInput(
             f"{name} asks for {', '.join(clashes)}. torch, torch-xla, the XLA:CUDA plugin and the "
             f"CUDA libraries are installed as one tested set and cannot be changed by {name}: remove "
             f"the requirement or pin the pinned version (the set is in /opt/opentc/constraints.txt).")
@@ -147,19 +143,19 @@ def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, st
 def entry_point_path(job: TrainingJob, code: str) -> str:
     program = job.entry_point
     if not program:
-        raise JobConfigError("no training script: set the hyperparameter sagemaker_program to the script's "
+        raise BadInput("no training script: set the hyperparameter sagemaker_program to the script's "
                              "file name, e.g. \"train.py\" (JSON-encoded in hyperparameters.json: "
                              "\"\\\"train.py\\\"\").")
     path = os.path.join(code, program)
     if not program.endswith(".py"):
-        raise JobConfigError(f"sagemaker_program {program!r} is not accepted: the Training Compiler runs "
+        raise BadInput(f"sagemaker_program {program!r} is not accepted: the Training Compiler runs "
                              f"Python scripts; use a .py file.")
     problem = why_not_a_script(path)
     if problem == "does not exist":
-        raise JobConfigError(f"training script {program!r} not found in {code} "
+        raise BadInput(f"training script {program!r} not found in {code} "
                              f"(it holds: {_listing(code, 20)}). Check sagemaker_program and "
                              f"sagemaker_submit_directory.")
     if problem:
-        raise JobConfigError(f"training script {program!r} in {code} {problem}: sagemaker_program must name a "
+        raise BadInput(f"training script {program!r} in {code} {problem}: sagemaker_program must name a "
                              f"Python file in the code folder (it holds: {_listing(code, 20)}).")
     return path

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -26,8 +25,9 @@ from dataclasses import dataclass
 import psutil
 
 from opentc_launcher import exit_codes
+from opentc_launcher.process import PR_SET_CHILD_SUBREAPER, die_with_parent, prctl
 
-from .errors import JobConfigError
+from .not_started import BadInput
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,6 @@ LEFTOVER_GRACE = 3.0
 # and then end by themselves: they are given this long before anything counts as left behind.
 HELPER_EXIT_WAIT = 2.0
 PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -63,7 +61,17 @@ class ProcessResult:
     timed_out: bool = False           # killed because it outlasted the time it was given
 
 
-class StartFailed(JobConfigError):
+class JobStopped(Exception):
+    """A stop (SIGTERM) arrived while something other than the workers ran, such as pip."""
+
+    def __init__(self, result: ProcessResult, processes: str, during: str):
+        super().__init__(f"{processes} stopped {during}")
+        self.result = result
+        self.processes = processes
+        self.during = during
+
+
+class StartFailed(BadInput):
     """The operating system refused to start the command (its argv or environment)."""
 
 
@@ -110,14 +118,6 @@ class _Pump(threading.Thread):
         return bytes(self._tail).decode("utf-8", errors="replace")
 
 
-def _prctl(option: int, value: int) -> None:
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: orphans go to init, as usual
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: SIGKILL it when `train` dies."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _signal_all(processes, signum: int) -> None:
@@ -177,7 +177,7 @@ class Supervisor:
         """Run the command to its end (or to a stop); raises StartFailed when it cannot be started. `on_line` gets
         every line the command writes to stdout and stderr (both still pass through). With `timeout`, a command
         still running after that many seconds is killed (SIGKILL, with whatever it started)."""
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)   # not Linux: orphans go to init, as usual
         me = psutil.Process()
         already_ours = {p.pid for p in me.children()}
         if self._stop_signal is not None:
@@ -185,7 +185,7 @@ class Supervisor:
         try:
             proc = subprocess.Popen(list(command.argv), env=dict(command.env), cwd=command.cwd,
                                     stdout=subprocess.PIPE if on_line else None, stderr=subprocess.PIPE,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+                                    start_new_session=True, preexec_fn=die_with_parent)
         except (OSError, ValueError) as e:
             raise StartFailed(
                 f"the operating system refused to start {os.path.basename(command.argv[0])}: "

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 
 from opentc_launcher.published_cache import WorkingCopy
 
-from .errors import JobConfigError
 from .job_summary import JobRecorder
+from .not_started import BadInput
 from .outcome import Outcome, stopped_after_the_workers
 from .supervisor import Command, Supervisor
 
@@ -63,7 +63,7 @@ def wrap_up(outcome: Outcome, recorder: JobRecorder, supervisor: Supervisor, bas
     try:
         if settings is not None and job is not None and recorder.plan is not None:
             debug = settings.enabled and settings.debug
-            for follow_up in settings.compiler.follow_ups(debug=debug, debug_dir=job.paths.compiler_output):
+            for follow_up in settings.backend.follow_ups(debug=debug, debug_dir=job.paths.compiler_output):
                 left = deadline - time.monotonic()
                 if supervisor.stop_requested is not None or left <= 0:
                     log.warning("debug mode: %s skipped (%s)", follow_up.what,
@@ -74,7 +74,7 @@ def wrap_up(outcome: Outcome, recorder: JobRecorder, supervisor: Supervisor, bas
                 try:
                     result = supervisor.run(Command(argv=follow_up.argv, env=dict(base_env), cwd=job.paths.base),
                                             timeout=left)
-                except JobConfigError as e:   # the command could not be started
+                except BadInput as e:   # the command could not be started
                     log.warning("debug mode: %s could not be made (%s)", follow_up.what, e)
                     continue
                 problem = follow_up.outcome(result.exit_code, result.stderr_tail)

@@ -15,9 +15,9 @@ from collections.abc import Mapping, MutableMapping
 
 from ..backend import CompilerBackend, FollowUp, WorkerSession, cuda_or_cpu
 from ..cache_folders import cache_folder
+from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..published_cache import WorkingCopy
-from ..runtime import WorkerIdentity
 
 CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 

@@ -32,8 +32,9 @@ from ..compile_report import (
     recompilation_warning,
 )
 from ..files import unwritable
+from ..identity import WorkerIdentity, per_rank_files
 from ..options import WorkerOptions
-from ..runtime import WorkerIdentity, per_rank_files
+from ..setting_names import setting
 from . import CACHE_VARIABLE, cache_folder_for
 from .libcuda import driver_folders, linkable_libcuda
 
@@ -54,7 +55,7 @@ DDP_WRAPPER_FIX = ("compile the model before wrapping it: model = DistributedDat
                    "torch.compile(DistributedDataParallel(model)) breaks inside DDP's forward on this torch")
 GRAPH_BREAK_FIX = ("each graph break ends a compiled graph and runs the Python in between eagerly: move or rewrite "
                    "the line named (printing, .item(), a data-dependent `if`, a call Dynamo cannot trace) outside "
-                   "the compiled code; debug mode (sagemaker_training_compiler_debug_mode) logs every break")
+                   f"the compiled code; {setting('TORCH_LOGS=graph_breaks')} logs every break")
 
 
 class GraphBreaks(logging.Handler):

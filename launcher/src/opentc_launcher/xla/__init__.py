@@ -11,9 +11,10 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 from ..backend import CompilerBackend, LaunchRefused, WorkerSession, no_gpu_message
+from ..identity import WorkerIdentity, per_rank_files
 from ..installed import has_module
 from ..options import WorkerOptions
-from ..runtime import WorkerIdentity, per_rank_files
+from ..setting_names import setting
 
 # PJRT's names for the launch's devices.
 PJRT_DEVICES = {"cuda": "CUDA", "cpu": "CPU", "tpu": "TPU"}
@@ -87,17 +88,17 @@ class XlaBackend(CompilerBackend):
             raise LaunchRefused(no_gpu_message("PJRT_DEVICE=CUDA", "XLA:CUDA"))
         return requested
 
-    def multi_worker_refusal(self, options: WorkerOptions, world_size: int) -> str | None:
+    def multi_worker_refusal(self, options: WorkerOptions, world_size: int,
+                             env: Mapping[str, str]) -> str | None:
         if options.device != "cpu" or world_size <= 1 or options.cpu_multi_worker == "unsynchronized":
             return None
         return (
             cpu_multi_worker_message(world_size)
-            + " Accepted instead: GPUs (PJRT_DEVICE=CUDA, one worker per GPU); one worker"
-            " (sagemaker_pytorch_xla_multi_worker_enabled=false, or --nproc-per-node 1); the compiler off"
-            " (sagemaker_training_compiler_enabled=false: plain PyTorch, which can use gloo across processes);"
-            " the Inductor backend (sagemaker_training_compiler_backend=\"inductor\", whose workers use gloo on"
-            " CPUs); or, to test a launch only, --cpu-multi-worker unsynchronized"
-            " (hyperparameter sagemaker_training_compiler_cpu_multi_worker=\"unsynchronized\")."
+            + f" Accepted instead: GPUs (PJRT_DEVICE=CUDA, one worker per GPU); one worker"
+            f" ({setting('--nproc-per-node 1', env)}); the compiler off ({setting('--backend eager', env)}: plain"
+            f" PyTorch, which can use gloo across processes); the Inductor backend"
+            f" ({setting('--backend inductor', env)}, whose workers use gloo on CPUs); or, to test a launch only,"
+            f" {setting('--cpu-multi-worker unsynchronized', env)}."
         )
 
     def unsynchronized_warning(self, options: WorkerOptions, world_size: int) -> str | None:
@@ -123,8 +124,8 @@ class XlaBackend(CompilerBackend):
 
             notes.append(status_line())
         if not options.library_patches:
-            notes.append("library patches off (sagemaker_training_compiler_library_patches=false): transformers and "
-                         "accelerate run as installed")
+            notes.append(f"library patches off ({setting('--library-patches false', env)}): transformers and "
+                         f"accelerate run as installed")
         if "PJRT_DEVICE" in env:
             notes.append(f"Found pre-existing configuration PJRT_DEVICE={env['PJRT_DEVICE']}: keeping it")
         return notes

@@ -15,6 +15,7 @@ import importlib.metadata as metadata
 import os
 
 from ..backend import LaunchRefused
+from ..installed import version
 
 PLUGIN_DISTRIBUTION = "jax-cuda12-pjrt"
 PLUGIN_LIBRARY = "xla_cuda_plugin.so"
@@ -36,13 +37,6 @@ _VERSION_OFFSET = 2 * ctypes.sizeof(ctypes.c_size_t) + 2 * ctypes.sizeof(ctypes.
 
 class PluginUnusable(LaunchRefused):
     """XLA:CUDA's plugin is missing or does not match this torch-xla; the message says which pins to change."""
-
-
-def _installed(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def plugin_library_path() -> str:
@@ -101,7 +95,7 @@ def check_cuda_plugin(torch_xla_version: str | None = None) -> str:
     torch-xla's own check lets any newer minor version through (or, with ENABLE_PJRT_COMPATIBILITY=0,
     aborts the process); this one stops with the two versions and the pins to change instead.
     """
-    torch_xla_version = torch_xla_version or _installed("torch-xla") or "not installed"
+    torch_xla_version = torch_xla_version or version("torch-xla") or "not installed"
     expected = expected_api_version(torch_xla_version)
     path = plugin_library_path()
     found = plugin_api_version(path)
@@ -109,7 +103,7 @@ def check_cuda_plugin(torch_xla_version: str | None = None) -> str:
         release = _release(torch_xla_version)
         raise PluginUnusable(
             f"XLA:CUDA's PJRT plugin does not match torch-xla: {PLUGIN_DISTRIBUTION} "
-            f"{_installed(PLUGIN_DISTRIBUTION)} speaks PJRT C API {found[0]}.{found[1]}, torch-xla "
+            f"{version(PLUGIN_DISTRIBUTION)} speaks PJRT C API {found[0]}.{found[1]}, torch-xla "
             f"{torch_xla_version} expects {expected[0]}.{expected[1]}. Pin them as a pair in constraints.txt: "
             f"torch-xla {release}.x with {PLUGIN_DISTRIBUTION}=={PJRT_C_API[release][1]} (torch and torch-xla "
             f"at the same version).")
@@ -128,7 +122,7 @@ def check_driver(version: tuple[int, int] | None) -> None:
 
 def status_line() -> str:
     """What XLA:CUDA's upstream status means for a job that uses it, said once per job."""
-    versions = ", ".join(f"{name} {_installed(name)}" for name in ("torch", "torch-xla", PLUGIN_DISTRIBUTION))
+    versions = ", ".join(f"{name} {version(name)}" for name in ("torch", "torch-xla", PLUGIN_DISTRIBUTION))
     return (f"XLA:CUDA: upstream PyTorch/XLA deprecated XLA:CUDA in 2.8 and removed it in 2.9, so this stack "
             f"({versions}) is pinned and will not move further; fixes come from this image's project, not "
             f"from upstream releases.")

@@ -24,7 +24,10 @@ from .cuda import check_cuda_plugin
 
 
 def _flag(name: str) -> Any:
-    """A PJRT_ALLOCATOR_* switch as upstream read it: unset -> None (XLA's default), else true/false."""
+    """A PJRT_ALLOCATOR_* switch as upstream read it: unset -> None (XLA's default), else true/false.
+
+    Deliberately not env_values.flag: these variables are upstream's (pytorch/xla's CUDA plugin), and a user who set
+    PJRT_ALLOCATOR_PREALLOCATE=1 or =yes for it gets what upstream gave, whatever this project's own switches take."""
     value = os.environ.get(name, "").strip().lower()
     if not value:
         return None

@@ -23,6 +23,7 @@ from ..compile_report import (
     Finding,
     recompilation_warning,
 )
+from ..setting_names import setting
 from ..steps import StepCounter
 
 log = logging.getLogger("opentc_launcher")
@@ -34,8 +35,8 @@ NOTHING_OBSERVED = "no XLA execution observed in this process"
 
 EVALUATION_FIX = ("log less often: calling .item() or printing a tensor forces an explicit evaluation that "
                   "breaks the compiled graph; read values back every 10 to 100 steps, not every step. If "
-                  "your code does not, a library does: debug mode (sagemaker_training_compiler_debug_mode) "
-                  "logs PT_XLA_DEBUG's 'Execution Analysis' with the Python frame of each evaluation")
+                  f"your code does not, a library does: {setting('PT_XLA_DEBUG_LEVEL=1')} logs PT_XLA_DEBUG's "
+                  "'Execution Analysis' with the Python frame of each evaluation")
 FALLBACK_FIX = ("these ops have no XLA lowering and ran on the CPU, copying tensors to the host and back "
                 "each time: replace them or move them out of the training step")
 

@@ -10,8 +10,8 @@ here, on XLA runs only:
 - checks that the target still has the code it was written for, and refuses to apply otherwise (logged),
   so a new library version can never be patched blindly,
 - is logged by name when armed and when applied,
-- and all of them are switched off with `--library-patches false` (the toolkit's hyperparameter
-  sagemaker_training_compiler_library_patches=false).
+- and all of them are switched off with `--library-patches false` (or what the front end that started the launch
+  calls it: setting_names).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from types import ModuleType
 
 from ..after_import import when_imported
 from ..replace import replace_once
+from ..setting_names import setting
 
 log = logging.getLogger("opentc_launcher")
 
@@ -198,7 +199,7 @@ ACCELERATE_STORAGE_IDS = LibraryPatch(
 
 
 # Tied weights after the move to XLA need no patch: the worker turns on torch's own switch for it
-# (xla_session.keep_parameters_on_move), which keeps every Parameter, so accelerate's prepare keeps the ties.
+# (xla.parameters.keep_parameters_on_move), which keeps every Parameter, so accelerate's prepare keeps the ties.
 PATCHES: tuple[LibraryPatch, ...] = (TRANSFORMERS_MASKS, TRANSFORMERS_SINGLE_PROCESS_GATHER, SAFETENSORS_SAVE,
                                      ACCELERATE_STORAGE_IDS)
 
@@ -227,6 +228,5 @@ def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
     for patch in patches:
         when_imported(patch.module, functools.partial(_apply_when_imported, patch))
     names = [p.name for p in patches]
-    log.info("library patches armed for XLA: %s (off with sagemaker_training_compiler_library_patches=false "
-             "or --library-patches false)", ", ".join(names))
+    log.info("library patches armed for XLA: %s (off with %s)", ", ".join(names), setting("--library-patches false"))
     return names

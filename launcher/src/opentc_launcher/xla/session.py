@@ -8,9 +8,9 @@ from collections.abc import Callable, MutableMapping
 
 from ..backend import WorkerSession
 from ..compile_report import CompileReport, limit_message
+from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..replace import replace_once
-from ..runtime import WorkerIdentity
 from . import pjrt_device, xla_runtime_env
 from .cache import open_cache
 from .diagnostics import CompileMonitor, StepActivity, build_report

@@ -12,7 +12,6 @@ process's ordinal in torch-xla's world).
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import os
 import shutil
@@ -25,10 +24,11 @@ from typing import Any
 
 from .. import exit_codes
 from ..backend import WorkerSession
+from ..failure_records import read_error_record
+from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..process import StoppedWithExitCode, configure_logging, exit_code_of
 from ..replace import replace_once
-from ..runtime import WorkerIdentity
 from .parameters import parameters_kept_on_move
 
 log = logging.getLogger("opentc_launcher")
@@ -85,12 +85,9 @@ class InSpawnedProcess:
 
 def _stopped_child(error_dir: str) -> SpawnedWorkerStopped | None:
     for name in sorted(os.listdir(error_dir)):
-        try:
-            with open(os.path.join(error_dir, name), encoding="utf-8") as f:
-                message = json.load(f)["message"]
-            return SpawnedWorkerStopped(int(message["extraInfo"]["exitcode"]), str(message["message"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+        record = read_error_record(os.path.join(error_dir, name))
+        if record is not None and record.exit_code is not None:
+            return SpawnedWorkerStopped(record.exit_code, record.summary)
     return None
 
 

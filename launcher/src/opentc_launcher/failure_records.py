@@ -13,8 +13,8 @@ import traceback
 from dataclasses import asdict, dataclass
 
 from .files import strict_json, write_json
+from .text import safe_str
 
-TAIL_CHARS = 3000
 # How a DataLoader worker's (or any re-raised) exception quotes the original traceback in its message.
 _ORIGINAL_TRACEBACK = "Original Traceback (most recent call last):"
 
@@ -37,48 +37,42 @@ def record_error(summary: str, traceback_text: str, exit_code: int) -> None:
     write_json(path, data)
 
 
-def read_error_file(path: str | None) -> tuple[str, str]:
-    """(summary, traceback) from a worker's error file, or empty strings when there is none."""
+@dataclass(frozen=True)
+class ErrorRecord:
+    """What a process wrote in its error file (record_error's format, torch.distributed.elastic's)."""
+
+    summary: str
+    traceback: str = ""
+    exit_code: int | None = None
+
+
+def read_error_record(path: str | None) -> ErrorRecord | None:
+    """The error record at `path`, or None when there is none or it cannot be read as one."""
     if not path:
-        return "", ""
+        return None
     try:
         with open(path, encoding="utf-8") as f:
             message = json.load(f).get("message", "")
     except (OSError, ValueError, AttributeError):
-        return "", ""
-    if isinstance(message, dict):
-        extra = message.get("extraInfo") or {}
-        return str(message.get("message", "")), str(extra.get("py_callstack", ""))
-    return str(message), ""
+        return None
+    if not isinstance(message, dict):
+        return ErrorRecord(str(message))
+    extra = message.get("extraInfo")
+    extra = extra if isinstance(extra, dict) else {}
+    code = str(extra.get("exitcode", ""))
+    return ErrorRecord(str(message.get("message", "")), str(extra.get("py_callstack", "")),
+                       int(code) if code.lstrip("-").isdigit() else None)
+
+
+def read_error_file(path: str | None) -> tuple[str, str]:
+    """(summary, traceback) from a worker's error file, or empty strings when there is none."""
+    record = read_error_record(path)
+    return (record.summary, record.traceback) if record else ("", "")
 
 
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-
-def safe_str(exc: BaseException) -> str:
-    """str(exc), or its type name and a safe repr when its own __str__ raises (the message is the user's code)."""
-    try:
-        return str(exc)
-    except Exception as e:  # noqa: BLE001  (anything the user's __str__ raises)
-        return f"<{type(exc).__name__}.__str__ raised {type(e).__name__}; repr: {object.__repr__(exc)}>"
-
-
-def printable(text: str) -> str:
-    """`text` with what cannot be written as UTF-8 (lone surrogates, from a file name that is not UTF-8) escaped
-    as \\udcff, so a message about it can always be logged and written."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def shown(value: object, limit: int = 60) -> str:
-    """repr(value) for a message, shortened when long ("'7777...' (5000 characters)"): the input it names must not
-    push what is accepted out of the 1,024 characters SageMaker shows."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"
-    return f"{text[:limit - 20]}... ({size})"
 
 
 def summarize_exception(exc: BaseException) -> str:
@@ -106,10 +100,6 @@ def summarize_exception(exc: BaseException) -> str:
         original = "".join(traceback.format_exception_only(type(root), root)).strip()
         return f"{_last_line(original)}\n(which led to {_last_line(text)})"
     return text
-
-
-def tail(text: str, limit: int = TAIL_CHARS) -> str:
-    return text if len(text) <= limit else "..." + text[-limit:]
 
 
 # FailureRecord.stage: where a launch failed.
