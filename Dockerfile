@@ -1,5 +1,5 @@
-# opentc: SageMaker Training Compiler rebuilt on open components, in two flavours from this one file (README.md,
-# "Which image"):
+# opentc: SageMaker Training Compiler rebuilt on open components, in two flavours from this one file
+# (docs/compilers.md, "Which image"):
 #   xla       (the default) torch 2.7 + PyTorch/XLA 2.7 (PJRT; XLA:CUDA through NVIDIA's PJRT plugin) and
 #             torch.compile (TorchInductor): what AWS's Training Compiler ran, pinned where XLA:CUDA ends
 #   inductor  current PyTorch with torch.compile (TorchInductor, Triton on GPUs): no torch-xla, no PJRT plugin
@@ -15,7 +15,7 @@
 # No `# syntax=` line: it would pull a frontend image, and the builder's own BuildKit has what is used here.
 
 # debian:bookworm-slim, pinned by digest (the build of 2026-08-03, as recorded in docker-library/repo-info,
-# repos/debian/remote/bookworm-slim.md). To update: README.md, "Updating the base image".
+# repos/debian/remote/bookworm-slim.md). To update: docs/image.md, "Updating the base image".
 ARG BASE_IMAGE=debian:bookworm-slim@sha256:abd67ffcfa541b485a3dff59865ab629aa048a6c613e639d36e7456b0b229241
 
 # sagemaker-training is published only as an sdist with a C extension: its wheel is built in this stage so
@@ -92,6 +92,7 @@ RUN --mount=type=bind,source=launcher,target=/tmp/opentc/launcher,rw \
  && python -m opentc_toolkit.stack > /opt/opentc/stack-constraints.txt
 
 COPY container/entrypoint.sh container/help.py container/bash_env.sh README.md /opt/opentc/
+COPY docs /opt/opentc/docs
 COPY sample/job /opt/opentc/sample-job
 
 # The labels' claims, checked against what pip installed (a mismatch fails the build, and so does an XLA:CUDA

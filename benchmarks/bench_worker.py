@@ -97,7 +97,7 @@ def main():
         callback.on_compile_start(lambda *_: started.append(time.perf_counter()))
         callback.on_compile_end(lambda *_: compile_seconds.append(time.perf_counter() - started.pop()))
         model = torch.compile(model)
-    if world > 1:   # after compiling: DDP(torch.compile(model)) is the order that compiles (README)
+    if world > 1:   # after compiling: DDP(torch.compile(model)) is the order that compiles (docs/compilers.md)
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)

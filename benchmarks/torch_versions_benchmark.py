@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -81,7 +82,7 @@ def trainer(python: Path, runtime: str, work: Path, out: Path, cache: Path, step
     if proc.returncode != 0:
         raise RuntimeError(f"the Trainer on {python} ({runtime}) failed:\n{proc.stdout[-3000:]}")
     times = json.loads((out / "times.json").read_text())   # wall clock at the end of each optimizer step
-    steady = [b - a for a, b in zip(times[5:], times[6:], strict=False)]
+    steady = [b - a for a, b in itertools.pairwise(times[5:])]
     peak = re.search(r"^PEAK_KB (\d+)$", proc.stdout, re.MULTILINE)
     row = {"median_step_s": statistics.median(steady), "first_step_done_s": times[0] - started,
            "peak_memory_mb": int(peak[1]) / 1024 if peak else None}

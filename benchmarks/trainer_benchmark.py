@@ -12,6 +12,7 @@ The script is unchanged between runs: on Inductor, accelerate compiles the model
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -76,7 +77,7 @@ def run(work: Path, name: str, folder: str, options: list[str], variables: dict,
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{proc.stdout[-3000:]}")
     times = json.loads((out / "times.json").read_text())
-    steady = [b - a for a, b in zip(times[5:], times[6:], strict=False)]   # after warm-up
+    steady = [b - a for a, b in itertools.pairwise(times[5:])]   # after warm-up
     peak = re.search(r"^PEAK_KB (\d+)$", proc.stdout, re.MULTILINE)
     row = {"run": name, "steps": steps, "logging_steps": logging_steps, "seconds": round(time.time() - started, 1),
            "median_step_s": statistics.median(steady), "peak_memory_mb": int(peak[1]) / 1024 if peak else None}

@@ -47,7 +47,7 @@ def ptxas_version() -> str:
         return NONE
     import nvidia.cuda_nvcc
 
-    ptxas = os.path.join(list(nvidia.cuda_nvcc.__path__)[0], "bin", "ptxas")
+    ptxas = os.path.join(next(iter(nvidia.cuda_nvcc.__path__)), "bin", "ptxas")
     try:
         shown = subprocess.run([ptxas, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=60, check=True).stdout

@@ -46,5 +46,5 @@ or to sagemaker.estimator.Estimator(image_uri=...), with the hyperparameters abo
 Extend it: FROM <image>, then `pip install -c /opt/opentc/constraints.txt ...` and COPY your code.
 Any other command runs as given: docker run --rm -it <image> bash
 
-Documentation: /opt/opentc/README.md in the image (docker run --rm <image> cat /opt/opentc/README.md),
-and {info['source']}""")
+Documentation: /opt/opentc/README.md and /opt/opentc/docs/ in the image
+(docker run --rm <image> cat /opt/opentc/README.md), and {info['source']}""")

@@ -244,14 +244,26 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def new_job(root: Path, script: str | None = None, **hyperparameters) -> Job:
+    """The one way the tests build a job: a copy of the sample job folder (tiny GPT-2, compiler on) at `root`; with
+    `script`, tests/scripts/<script> is its entry point instead of the sample's (whose arguments are dropped); and
+    `hyperparameters` set as the SDK encodes them."""
+    shutil.copytree(SAMPLE_JOB, root)
+    job = Job(root)
+    if script:
+        job.use_script(script)
+        job.drop_script_hyperparameters()
+    if hyperparameters:
+        job.set_hyperparameters(**hyperparameters)
+    return job
+
+
 @pytest.fixture
 def make_job(tmp_path):
-    """A copy of the sample job folder (tiny GPT-2, compiler on), to adjust per test."""
+    """new_job in this test's folder: make_job(), make_job("algo-1"), make_job(script="crash.py", epochs=2)."""
     counter = iter(range(100))
 
-    def make(name: str = "") -> Job:
-        root = tmp_path / (name or f"job{next(counter)}")
-        shutil.copytree(SAMPLE_JOB, root)
-        return Job(root)
+    def make(name: str = "", script: str | None = None, **hyperparameters) -> Job:
+        return new_job(tmp_path / (name or f"job{next(counter)}"), script, **hyperparameters)
 
     return make

@@ -11,16 +11,17 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import SCRIPTS, logged_failure, run_train, start_train, stop, wait_for
 from opentc_launcher import exit_codes
 
+pytestmark = [pytest.mark.slow, pytest.mark.inductor]
+
 
 def says(make_job, *lines, **arguments):
-    job = make_job()
-    job.use_script("says.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False, lines=json.dumps(list(lines)), **arguments)
-    return job
+    return make_job(script="says.py", sagemaker_training_compiler_enabled=False, lines=json.dumps(list(lines)),
+                    **arguments)
 
 
 def strict(path: Path):
@@ -76,13 +77,9 @@ def test_a_stop_acts_at_once_while_a_trap_line_is_being_read(make_job, tmp_path)
 
 
 def debug_inductor_job(make_job):
-    job = make_job()
-    job.use_script("compile/inductor_loop.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=True, sagemaker_training_compiler_backend="inductor",
-                            sagemaker_training_compiler_debug_mode=True, sagemaker_training_compiler_cache=False,
-                            steps=2)
-    return job
+    return make_job(script="compile/inductor_loop.py", sagemaker_training_compiler_enabled=True,
+                    sagemaker_training_compiler_backend="inductor", sagemaker_training_compiler_debug_mode=True,
+                    sagemaker_training_compiler_cache=False, steps=2)
 
 
 def test_a_stop_while_debug_reports_are_made_ends_the_job_as_stopped(make_job, tmp_path):

@@ -18,6 +18,8 @@ from opentc_toolkit.job import JobPaths, TrainingJob
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.plan import LaunchSettings, plan_world
 
+pytestmark = [pytest.mark.xla]
+
 LAUNCHER = "aws_distributed_launcher.py"
 TRAIN_SCRIPT = "aws_era_train.py"
 
@@ -82,7 +84,7 @@ def test_num_gpus_is_the_number_of_workers_per_host(tmp_path):
     assert plan_world(adapted.job, adapted.settings, LaunchSettings(workers_per_host=3))[0].workers_per_host == 3
 
 
-@pytest.mark.parametrize("gpus,value", [(8, "0"), (8, "9"), (8, "two"), (8, "2.0"), (8, ""), (0, "0"), (0, "-1"),
+@pytest.mark.parametrize(("gpus", "value"), [(8, "0"), (8, "9"), (8, "two"), (8, "2.0"), (8, ""), (0, "0"), (0, "-1"),
                                         (8, "²"), (0, "7" * 5000)])
 def test_bad_num_gpus_is_refused_naming_it(tmp_path, gpus, value):
     code = code_folder(tmp_path)
@@ -117,7 +119,7 @@ def test_a_launcher_that_is_not_utf8_is_still_recognised(tmp_path):
     assert adapted is not None and adapted.job.entry_point == TRAIN_SCRIPT
 
 
-@pytest.mark.parametrize("args,expected", [
+@pytest.mark.parametrize(("args", "expected"), [
     ([], ("has no hyperparameter training_script: add hyperparameter training_script=<your script>",
           "or make your script the entry point and set distribution pytorchxla enabled")),
     (["--training_script", ""], ("add hyperparameter training_script=<your script>",)),
@@ -145,11 +147,9 @@ def test_what_to_change_is_named(tmp_path, args, expected):
 
 def aws_era_job(make_job, **hyperparameters):
     """The guide's recipe: the launcher as entry point, the real script in training_script, compiler on."""
-    job = make_job()
+    job = make_job(script=LAUNCHER, sagemaker_training_compiler_enabled=True, **hyperparameters)
     job.use_script(TRAIN_SCRIPT)
-    job.use_script(LAUNCHER)
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=True, **hyperparameters)
+    job.use_script(LAUNCHER)   # the entry point again: the launcher, with the training script beside it
     return job
 
 
@@ -185,7 +185,7 @@ def assert_refused(job, result, *expected):
     assert not job.succeeded
 
 
-@pytest.mark.parametrize("hyperparameters,expected", [
+@pytest.mark.parametrize(("hyperparameters", "expected"), [
     ({}, ("add hyperparameter training_script=<your script>", "set distribution pytorchxla enabled")),
     ({"training_script": "train_missing.py"}, ("training_script='train_missing.py' names no file",
                                                f"its .py files: {LAUNCHER}, {TRAIN_SCRIPT}")),

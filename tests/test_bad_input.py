@@ -26,11 +26,7 @@ def sagemaker_training_entry(tmp_path):
 
 
 def bad_job(make_job, compiler=False):
-    job = make_job()
-    job.use_script("argv_echo.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=compiler)
-    return job
+    return make_job(script="argv_echo.py", sagemaker_training_compiler_enabled=compiler)
 
 
 def assert_refused(job, result, *expected):
@@ -46,7 +42,7 @@ def assert_refused(job, result, *expected):
     assert not job.succeeded
 
 
-@pytest.mark.parametrize("name,content,expected", [
+@pytest.mark.parametrize(("name", "content", "expected"), [
     ("hyperparameters.json", "{not json", ("input/config/hyperparameters.json cannot be read as JSON",
                                            "JSON-encoded strings")),
     ("hyperparameters.json", "", ("input/config/hyperparameters.json cannot be read as JSON",)),
@@ -80,7 +76,7 @@ def test_without_an_output_folder_the_failure_file_is_still_written_and_a_stale_
     assert_refused(job, run_train(job), "holds a JSON list")
 
 
-@pytest.mark.parametrize("key,value,expected", [
+@pytest.mark.parametrize(("key", "value", "expected"), [
     ("a=b", '"1"', "hyperparameter name 'a=b' is not accepted"),
     ("nul\u0000key", '"1"', "hyperparameter name 'nul\\x00key' is not accepted"),
     ("note", '"a\\u0000b"', "hyperparameter note holds a NUL character"),
@@ -94,7 +90,7 @@ def test_a_hyperparameter_the_os_cannot_carry_is_named(make_job, key, value, exp
     assert_refused(job, run_train(job), expected)
 
 
-@pytest.mark.parametrize("name,value", [
+@pytest.mark.parametrize(("name", "value"), [
     ("OPENTC_TERMINATION_GRACE", "nan"), ("OPENTC_TERMINATION_GRACE", "-1"), ("OPENTC_PEER_TIMEOUT", "nan"),
     ("OPENTC_PEER_TIMEOUT", "inf"), ("OPENTC_WORKERS_PER_HOST", "-2"), ("OPENTC_WORKERS_PER_HOST", "1e9"),
 ])
@@ -151,10 +147,7 @@ def test_a_requirement_that_would_move_torch_is_refused_naming_the_pin(make_job)
 def test_sagemaker_trainings_own_entry_keeps_a_failing_exit_code(make_job, sagemaker_training_entry):
     """sagemaker-training's own entry with SAGEMAKER_TRAINING_MODULE lands in the toolkit, which ends the process
     with the job's exit code: the trainer's `finally` (sys.exit(0) when its bookkeeping fails) cannot replace it."""
-    job = make_job()
-    job.use_script("crash.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    job = make_job(script="crash.py", sagemaker_training_compiler_enabled=False)
     result = run_train(job, command=sagemaker_training_entry)
     assert result.returncode == exit_codes.FAILED, result.output[-3000:]
     assert "ValueError: batch 7 has 3 columns, expected 4" in job.failure.splitlines()[1]
@@ -173,7 +166,7 @@ def test_every_train_installed_is_the_toolkits_and_fails_loudly_on_a_broken_job(
     assert_refused(job, run_train(job, command=BIN / "train"), "hyperparameters.json cannot be read as JSON")
 
 
-@pytest.mark.parametrize("value,kind", [("3", "a JSON number"), ('["train.py"]', "a JSON array")])
+@pytest.mark.parametrize(("value", "kind"), [("3", "a JSON number"), ('["train.py"]', "a JSON array")])
 def test_a_sagemaker_program_that_is_not_a_string_is_named(make_job, value, kind):
     job = bad_job(make_job)
     job.write_hyperparameters({**job.hyperparameters(), "sagemaker_program": value})

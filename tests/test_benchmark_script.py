@@ -5,10 +5,14 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, clean_env
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-import compiler_benchmark  # noqa: E402
+import compiler_benchmark
+
+pytestmark = [pytest.mark.slow]
 
 
 def test_worker_measures_one_configuration():

@@ -163,7 +163,7 @@ def test_buildspec_matches_the_schema():
     jsonschema.validate(load(), SCHEMA)
 
 
-@pytest.mark.parametrize("mutate, complaint", [
+@pytest.mark.parametrize(("mutate", "complaint"), [
     (lambda s: s["phases"].__setitem__("pre-build", s["phases"].pop("pre_build")), "pre-build"),
     (lambda s: s["phases"]["build"]["commands"].append({"echo built": "ok"}), "is not of type 'string'"),
     (lambda s: s["phases"]["build"].__setitem__("on-failure", "STOP"), "STOP"),

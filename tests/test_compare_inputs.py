@@ -81,7 +81,7 @@ WRONG_TYPES = [
 ]
 
 
-@pytest.mark.parametrize("fields, message", WRONG_TYPES, ids=[m.split(" is ")[0][6:] for _, m in WRONG_TYPES])
+@pytest.mark.parametrize(("fields", "message"), WRONG_TYPES, ids=[m.split(" is ")[0][6:] for _, m in WRONG_TYPES])
 def test_a_field_of_the_wrong_type_is_named_with_what_was_found_and_what_is_accepted(tmp_path, fields, message):
     job = summary_job(tmp_path / "job", **fields)
     refused(compare(job), f"{job}: {message}")

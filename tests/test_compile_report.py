@@ -14,6 +14,8 @@ import pytest
 
 from conftest import BIN, SCRIPTS, clean_env, run_train
 
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
+
 COMPILE = SCRIPTS / "compile"
 
 
@@ -96,10 +98,7 @@ def test_report_is_written_when_the_script_fails(tmp_path):
 
 
 def test_compilation_limit_stops_the_job_with_a_clear_failure(make_job):
-    job = make_job()
-    job.use_script("compile/changing_shapes.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_max_compilations=4, steps=40)
+    job = make_job(script="compile/changing_shapes.py", sagemaker_training_compiler_max_compilations=4, steps=40)
     result = run_train(job)
     assert result.returncode == 4
     assert "compilation limit reached: 5 graphs compiled, more than the 4 allowed" in job.failure
@@ -109,10 +108,7 @@ def test_compilation_limit_stops_the_job_with_a_clear_failure(make_job):
 
 
 def cache_job(make_job):
-    job = make_job()
-    job.use_script("compile/static_shapes.py")
-    job.drop_script_hyperparameters()
-    return job
+    return make_job(script="compile/static_shapes.py")
 
 
 def test_second_identical_job_compiles_nothing(make_job):

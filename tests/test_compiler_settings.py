@@ -20,7 +20,7 @@ from opentc_toolkit.job import decode_hyperparameters as decoded
 from opentc_toolkit.not_started import BadInput
 
 
-@pytest.mark.parametrize("raw,expected", [
+@pytest.mark.parametrize(("raw", "expected"), [
     ({}, (False, False, False)),                                                   # absent means off
     ({ENABLED: "true", DEBUG: "false", MULTI: "false"}, (True, False, False)),     # the SDK
     ({ENABLED: "true", DEBUG: "true", MULTI: "true"}, (True, True, True)),
@@ -33,7 +33,7 @@ def test_accepted_values(raw, expected):
     assert (s.enabled, s.debug, s.multi_worker) == expected
 
 
-@pytest.mark.parametrize("key,raw,shown", [
+@pytest.mark.parametrize(("key", "raw", "shown"), [
     (ENABLED, "yes", "'yes'"), (ENABLED, "1", "1"), (DEBUG, "maybe", "'maybe'"), (MULTI, "0", "0"),
     (ENABLED, "", "''"), (MULTI, "[true]", "[True]"), (LIBRARY_PATCHES, "off", "'off'"),
 ])
@@ -105,7 +105,7 @@ def test_user_set_variables_are_kept_and_reported():
     assert changes.applied["XLA_METRICS_FILE"].endswith("XLA_METRICS_FILE.txt")
 
 
-@pytest.mark.parametrize("raw,expected", [({}, "xla"), ({BACKEND: '"inductor"'}, "inductor"),
+@pytest.mark.parametrize(("raw", "expected"), [({}, "xla"), ({BACKEND: '"inductor"'}, "inductor"),
                                           ({BACKEND: "XLA"}, "xla"), ({BACKEND: '"Inductor"'}, "inductor")])
 def test_the_backend_is_xla_unless_inductor_is_chosen(raw, expected):
     settings = CompilerSettings.from_hyperparameters(decoded({ENABLED: "true", **raw}))

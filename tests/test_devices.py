@@ -70,7 +70,7 @@ def counted(env) -> int:
     return int(count)
 
 
-@pytest.mark.parametrize("visible,expected", [
+@pytest.mark.parametrize(("visible", "expected"), [
     (None, 2), ("", 0), ("1", 1), ("0,1", 2), ("1,0,5", 2), ("5,0", 0), ("0,0", 0), ("0,-1,1", 1), ("1gpu", 1),
     ("GPU-0001", 1), ("GPU-0001-stub,GPU-0000", 2), ("GPU-00", 0), ("GPU-0001,0", 1), ("GPU-9", 0), ("MIG-a,MIG-b", 2),
 ], ids=lambda v: repr(v))
@@ -98,7 +98,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("launcher", ["opentc-worker", "opentc-run"])
-@pytest.mark.parametrize("backend,device,expected", REFUSED, ids=[f"{b}-{d}" for b, d, _ in REFUSED])
+@pytest.mark.parametrize(("backend", "device", "expected"), REFUSED, ids=[f"{b}-{d}" for b, d, _ in REFUSED])
 def test_a_device_the_launch_cannot_use_is_refused_by_every_launcher(nvml, tmp_path, launcher, backend, device,
                                                                      expected):
     error_file = tmp_path / "error.json"
@@ -163,10 +163,8 @@ def test_a_job_on_a_host_whose_driver_is_too_old_stops_before_the_script(nvml, m
     CUDA 11.8 is refused before the script, with exit code 2 and the reason in output/failure."""
     from conftest import run_train
 
-    job = make_job()
-    job.use_script("argv_echo.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=True, sagemaker_training_compiler_backend="inductor")
+    job = make_job(script="argv_echo.py",
+                   sagemaker_training_compiler_enabled=True, sagemaker_training_compiler_backend="inductor")
     env = driver_env(nvml, 1, **OLD_DRIVER)
     result = run_train(job, LD_LIBRARY_PATH=env["LD_LIBRARY_PATH"], STUB_NVML_GPUS="1",
                        PATH=f"{nvml}:{env['PATH']}", **OLD_DRIVER)

@@ -12,14 +12,12 @@ import pytest
 
 from conftest import TRAIN, SilentServer, free_port, run_train, start_train, stop, train_env
 
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
+
 
 def distributed_job(make_job, name="", compiler=True, **hyperparameters):
-    job = make_job(name)
-    job.use_script("report_env.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_pytorch_xla_multi_worker_enabled=True,
-                            sagemaker_training_compiler_enabled=compiler, tag="x y", **hyperparameters)
-    return job
+    return make_job(name, script="report_env.py", sagemaker_pytorch_xla_multi_worker_enabled=True,
+                    sagemaker_training_compiler_enabled=compiler, tag="x y", **hyperparameters)
 
 
 def reports(job, world):
@@ -118,11 +116,8 @@ STALE_WORLD = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "LOCAL_WORLD_S
 def test_the_toolkit_decides_the_world_whatever_the_container_had(make_job, workers):
     """A stale world (and stale SM_* variables) never reaches the workers: one worker gets no world at all (as
     `python train.py` would), several get the world opentc-run makes; the log names each variable it replaced."""
-    job = make_job()
-    job.use_script("world_of_one.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False,
-                            sagemaker_pytorch_xla_multi_worker_enabled=workers > 1)
+    job = make_job(script="world_of_one.py",
+                   sagemaker_training_compiler_enabled=False, sagemaker_pytorch_xla_multi_worker_enabled=workers > 1)
     result = run_train(job, timeout=180, OPENTC_WORKERS_PER_HOST=str(workers), SM_MODEL_DIR="/tmp/elsewhere",
                        SM_CHANNEL_TRAIN="/nowhere", **STALE_WORLD)
     assert result.returncode == 0, result.output[-4000:]

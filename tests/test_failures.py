@@ -11,12 +11,7 @@ FAILURE_REASON = 1024  # what DescribeTrainingJob shows of output/failure
 
 
 def failing_job(make_job, script, **hyperparameters):
-    job = make_job()
-    job.use_script(script)
-    job.drop_script_hyperparameters()
-    if hyperparameters:
-        job.set_hyperparameters(**hyperparameters)
-    return job
+    return make_job(script=script, **hyperparameters)
 
 
 def test_crashing_script(make_job):
@@ -57,7 +52,7 @@ def test_exit_code_of_the_script_is_trains(make_job, code):
     assert f"giving up with exit code {code}" in job.failure  # the tail of its stderr
 
 
-@pytest.mark.parametrize("key,raw,shown", [
+@pytest.mark.parametrize(("key", "raw", "shown"), [
     ("sagemaker_training_compiler_enabled", "yes", "'yes'"),
     ("sagemaker_training_compiler_debug_mode", "1", "1"),
     ("sagemaker_pytorch_xla_multi_worker_enabled", '"on"', "'on'"),

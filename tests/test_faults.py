@@ -30,12 +30,7 @@ FAILURE_REASON = 1024
 
 def plain_job(make_job, script=None):
     """Compiler off: these faults have nothing to do with XLA, and plain PyTorch starts faster."""
-    job = make_job()
-    if script:
-        job.use_script(script)
-        job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
-    return job
+    return make_job(script=script, sagemaker_training_compiler_enabled=False)
 
 
 def assert_log_ends_with_the_failure(result, job):
@@ -253,7 +248,7 @@ def test_a_script_that_wrote_success_then_crashed_leaves_one_verdict(make_job):
     assert "The training script had written output/success before it failed:\nepoch 3 done" in job.failure
 
 
-@pytest.mark.parametrize("index,cause", [
+@pytest.mark.parametrize(("index", "cause"), [
     ("http://127.0.0.1:9/simple", "Connection refused"),
     ("https://index.invalid/simple", "Failed to resolve 'index.invalid'"),
 ], ids=["refused", "no-dns"])

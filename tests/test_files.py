@@ -32,7 +32,7 @@ def test_a_link_planted_at_a_predictable_temporary_name_is_not_followed(tmp_path
 def test_a_failed_rename_leaves_no_temporary_file_behind(tmp_path):
     folder = tmp_path / "data"
     (folder / "job-summary.json").mkdir(parents=True)        # the target is a folder: the rename fails
-    with pytest.raises(OSError):
+    with pytest.raises(IsADirectoryError):
         write_atomically(str(folder / "job-summary.json"), "the whole summary")
     assert sorted(p.name for p in folder.iterdir()) == ["job-summary.json"]
 

@@ -52,11 +52,7 @@ def test_the_shared_pins_hold_no_torch_and_each_stack_pins_its_own():
 
 
 def compiler_job(make_job, **hyperparameters):
-    job = make_job()
-    job.use_script("argv_echo.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=True, **hyperparameters)
-    return job
+    return make_job(script="argv_echo.py", sagemaker_training_compiler_enabled=True, **hyperparameters)
 
 
 def test_where_torch_xla_is_installed_the_compiler_is_xla_and_the_log_says_why(make_job):

@@ -15,6 +15,8 @@ import pytest
 
 from conftest import REPO, clean_env
 
+pytestmark = [pytest.mark.slow]
+
 KIT = REPO / "dev" / "gpu-kit"
 
 

@@ -4,7 +4,11 @@ execution per optimizer step plus one per logging step, and no new graphs once w
 
 import json
 
+import pytest
+
 from conftest import run_train
+
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
 STEPS, LOGGING_STEPS = 12, 4
 # Logs at steps 4 and 8 read the loss back before the next optimizer step; the log at step 12 comes after
@@ -13,9 +17,7 @@ LOGGING_STEPS_BETWEEN = STEPS // LOGGING_STEPS - 1
 
 
 def trainer_job(make_job, **extra):
-    job = make_job()
-    job.use_script("run_clm_tiny.py")
-    job.drop_script_hyperparameters()
+    job = make_job(script="run_clm_tiny.py")
     job.set_hyperparameters(
         output_dir=str(job.model), max_steps=STEPS, per_device_train_batch_size=4, learning_rate=0.003,
         logging_steps=LOGGING_STEPS, save_strategy="no", report_to="none", optim="adamw_torch",
@@ -82,10 +84,7 @@ def test_without_the_patches_transformers_reads_back_every_step(make_job):
 
 
 def test_accelerate_loop_compiles_without_per_step_host_reads_and_saves(make_job):
-    job = make_job()
-    job.use_script("accelerate_clm.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(max_steps=STEPS, logging_steps=LOGGING_STEPS)
+    job = make_job(script="accelerate_clm.py", max_steps=STEPS, logging_steps=LOGGING_STEPS)
     result = run_train(job)
     assert result.returncode == 0, result.output[-6000:]
     metrics = job.read_json("output/data/accelerate_metrics.json")

@@ -13,6 +13,8 @@ import pytest
 from conftest import BIN, SCRIPTS, clean_env, run_train
 from opentc_launcher import exit_codes
 
+pytestmark = [pytest.mark.slow, pytest.mark.inductor]
+
 LOOP = SCRIPTS / "compile" / "inductor_loop.py"
 # Inductor's kernels and eager PyTorch's differ only in float rounding (fused and reordered operations): losses
 # agree to a few parts in ten thousand here (the sample: 1.8416 vs 1.8429 after 30 steps). 2 %, as for XLA.
@@ -26,11 +28,8 @@ def shared_cache(tmp_path_factory):
 
 
 def inductor_job(make_job, script, cache=None, compiler=True, **hyperparameters):
-    job = make_job()
-    job.use_script(script)
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=compiler,
-                            sagemaker_training_compiler_backend="inductor", **hyperparameters)
+    job = make_job(script=script, sagemaker_training_compiler_enabled=compiler,
+                   sagemaker_training_compiler_backend="inductor", **hyperparameters)
     if cache is not None:
         job.set_hyperparameters(sagemaker_training_compiler_cache_dir=str(cache))
     return job

@@ -15,20 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_JOB, Job, read_only, run_train, start_train, stop, wait_for
+from conftest import Job, new_job, read_only, run_train, start_train, stop, wait_for
 from opentc_launcher.published_cache import MANIFEST, MANIFEST_FORMAT
+
+pytestmark = [pytest.mark.slow, pytest.mark.inductor]
 
 STEPS = 3
 
 
 def loop_job(root: Path, cache: Path, **script_args) -> Job:
-    shutil.copytree(SAMPLE_JOB, root)
-    job = Job(root)
-    job.use_script("compile/inductor_loop.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=True, sagemaker_training_compiler_backend="inductor",
-                            sagemaker_training_compiler_cache_dir=str(cache), **{"steps": STEPS, **script_args})
-    return job
+    return new_job(root, "compile/inductor_loop.py", sagemaker_training_compiler_enabled=True,
+                   sagemaker_training_compiler_backend="inductor", sagemaker_training_compiler_cache_dir=str(cache),
+                   **{"steps": STEPS, **script_args})
 
 
 def published_folder(cache: Path) -> Path:
@@ -89,7 +87,7 @@ def garbage(path):
     path.write_bytes(b"\x7fELF this is not a library" * 64)
 
 
-@pytest.mark.parametrize("find,damage", [(the_header, truncate), (a_kernel_library, garbage),
+@pytest.mark.parametrize(("find", "damage"), [(the_header, truncate), (a_kernel_library, garbage),
                                          (the_isa_probe_library, truncate)],
                          ids=["truncated C++ prefix header", "garbage kernel library",
                               "half-written vector-ISA probe library"])

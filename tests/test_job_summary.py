@@ -14,6 +14,8 @@ import pytest
 from conftest import BIN, REPO, clean_env, free_port, run_train
 from opentc_launcher import exit_codes
 
+pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.inductor]
+
 STEPS, LOG_EVERY = 12, 4
 
 
@@ -68,9 +70,7 @@ def test_every_job_has_a_summary_with_plausible_figures(sample_runs, name):
 
 
 def test_a_trainer_jobs_throughput_comes_from_its_batches_and_its_own_log(make_job):
-    job = make_job()
-    job.use_script("run_clm_tiny.py")
-    job.drop_script_hyperparameters()
+    job = make_job(script="run_clm_tiny.py")
     job.set_hyperparameters(sagemaker_training_compiler_enabled=False, output_dir=str(job.model), max_steps=STEPS,
                             per_device_train_batch_size=4, logging_steps=LOG_EVERY, save_strategy="no",
                             report_to="none", dataloader_drop_last=True, block_size=64, seed=0,
@@ -92,10 +92,7 @@ def test_a_trainer_jobs_throughput_comes_from_its_batches_and_its_own_log(make_j
 
 
 def test_a_failed_job_still_has_a_summary_of_what_was_known(make_job):
-    job = make_job()
-    job.use_script("crash.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    job = make_job(script="crash.py", sagemaker_training_compiler_enabled=False)
     result = run_train(job)
     assert result.returncode == exit_codes.FAILED
     summary = summary_of(job)

@@ -127,7 +127,7 @@ def test_missing_script_is_named(tmp_path):
     assert f"training script {tmp_path / 'folder.py'} is a folder, not a Python file" in result.stdout
 
 
-@pytest.mark.parametrize("options,env,expected", [
+@pytest.mark.parametrize(("options", "env", "expected"), [
     (["--standalone", "--nproc-per-node", "0"], {},
      "--nproc-per-node '0' is not accepted: use a whole number >= 1"),
     (["--nnodes", "1", "--nproc-per-node", "1"], {"MASTER_PORT": "70000"},

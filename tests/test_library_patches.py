@@ -14,6 +14,8 @@ from conftest import BIN, SCRIPTS, clean_env
 from opentc_launcher.xla import library_patches
 from opentc_launcher.xla.library_patches import LibraryPatch, TargetChanged
 
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
+
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):

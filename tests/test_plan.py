@@ -65,7 +65,7 @@ def test_multi_worker_one_host_is_a_local_rendezvous_with_one_worker_per_gpu():
     assert p.command.env["GPU_NUM_DEVICES"] == "8"
 
 
-@pytest.mark.parametrize("current,rank", [("algo-1", 0), ("algo-2", 1), ("algo-3", 2)])
+@pytest.mark.parametrize(("current", "rank"), [("algo-1", 0), ("algo-2", 1), ("algo-3", 2)])
 def test_multi_host_rendezvous_on_first_host(current, rank):
     hosts = ("algo-1", "algo-2", "algo-3")
     p = plan(job(hosts=hosts, current=current, gpus=4), CompilerSettings(enabled=True, multi_worker=True),
@@ -101,7 +101,7 @@ def test_workers_per_host_override_and_bad_values():
         LaunchSettings(workers_per_host=2, peer_timeout=1.5)
 
 
-@pytest.mark.parametrize("name,value", [
+@pytest.mark.parametrize(("name", "value"), [
     ("OPENTC_WORKERS_PER_HOST", "0"), ("OPENTC_WORKERS_PER_HOST", "2.5"), ("OPENTC_PEER_TIMEOUT", "soon"),
     ("OPENTC_PEER_TIMEOUT", "nan"), ("OPENTC_PEER_TIMEOUT", "inf"), ("OPENTC_PEER_TIMEOUT", "-1"),
     ("OPENTC_TERMINATION_GRACE", "nan"), ("OPENTC_TERMINATION_GRACE", "-inf"), ("OPENTC_TERMINATION_GRACE", "-5"),
@@ -120,7 +120,7 @@ def test_bad_pjrt_device_is_named():
 def test_the_users_pjrt_device_decides_and_cuda_needs_a_gpu():
     p = plan(job(gpus=2), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "cpu"})
     assert option(p.command.argv, "--device") == "cpu"
-    with pytest.raises(BadInput, match="^no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA"):
+    with pytest.raises(BadInput, match=r"^no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA"):
         plan(job(gpus=0), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "CUDA"})
 
 

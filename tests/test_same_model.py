@@ -7,6 +7,8 @@ import pytest
 
 from conftest import run_train
 
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
+
 # Each logged loss of the sample, compiler on vs off, may differ by this share of its value. Both runs compute
 # the same steps on the same data from the same seed; XLA:CPU fuses and reorders float operations that eager
 # PyTorch runs one by one, and 30 AdamW steps at lr 3e-3 let those last-bit differences grow. Measured on this
@@ -34,10 +36,7 @@ def test_the_sample_trains_the_same_model_with_the_compiler_on_and_off(make_job)
 
 
 def tied_job(make_job, **hyperparameters: str):
-    job = make_job()
-    job.use_script("tied_gpt2.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(**hyperparameters)
+    job = make_job(script="tied_gpt2.py", **hyperparameters)
     return job
 
 

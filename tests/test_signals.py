@@ -9,12 +9,8 @@ from conftest import pid_alive, start_train, stop, wait_for
 
 
 def long_job(make_job, workers=1, **hyperparameters):
-    job = make_job()
-    job.use_script("long_running.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False,
-                            sagemaker_pytorch_xla_multi_worker_enabled=workers > 1, **hyperparameters)
-    return job
+    return make_job(script="long_running.py", sagemaker_training_compiler_enabled=False,
+                    sagemaker_pytorch_xla_multi_worker_enabled=workers > 1, **hyperparameters)
 
 
 def worker_pids(job, workers):
@@ -125,10 +121,7 @@ def test_one_worker_of_two_crashing_stops_the_other(make_job, tmp_path):
 def test_a_stop_that_lands_in_a_weakref_callback_still_stops_the_script(make_job, tmp_path):
     """Python drops an exception raised inside a weakref callback ("Exception ignored in ..."); a stop that lands
     there (inside Dynamo's guard dictionaries, say) must still end the script, through its `finally`."""
-    job = make_job()
-    job.use_script("stop_in_callback.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    job = make_job(script="stop_in_callback.py", sagemaker_training_compiler_enabled=False)
     log = tmp_path / "train.log"
     proc = start_train(job, log, OPENTC_TERMINATION_GRACE="60")
     try:

@@ -141,8 +141,8 @@ def test_a_file_uri_is_percent_decoded(make_job, source_dir, tmp_path):
 
 
 def test_submitted_code_wins_over_files_already_in_the_code_folder(make_job, source_dir, tmp_path):
-    """Code baked into /opt/ml/code (README's "Extend it") or left by an earlier run, plus a job that submits other
-    code: the submitted code runs, the log says so and from where, and the code folder is left as it was."""
+    """Code baked into /opt/ml/code (docs/image.md, "Extend it") or left by an earlier run, plus a job that submits
+    other code: the submitted code runs, the log says so and from where, and the code folder is left as it was."""
     job = job_with_source(make_job, "")
     stale = "open(__import__('os').environ['SM_MODEL_DIR'] + '/dep.txt', 'w').write('the old code ran')\n"
     (job.root / "code" / "entry.py").write_text(stale)

@@ -5,16 +5,17 @@ the real `train` entry on XLA:CPU. Also: the supervisor reports a real orphan, n
 import os
 import time
 
+import pytest
+
 from conftest import logged_failure, run_train
+
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
 REPORTS = "output/data/compiler"
 
 
 def launch_job(make_job, **hyperparameters):
-    job = make_job()
-    job.use_script("xla_launch_train.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(steps=10, **hyperparameters)
+    job = make_job(script="xla_launch_train.py", steps=10, **hyperparameters)
     return job
 
 
@@ -51,9 +52,7 @@ def test_launch_child_honours_the_compilation_limit(make_job):
 
 
 def test_a_real_orphan_is_reported_and_stopped(make_job):
-    job = make_job()
-    job.use_script("leaves_orphan.py")
-    job.drop_script_hyperparameters()
+    job = make_job(script="leaves_orphan.py")
     result = run_train(job)
     assert result.returncode == 0, result.output[-6000:]
     pid = int((job.output / "data" / "orphan.pid").read_text())

@@ -3,7 +3,11 @@
 import json
 import os
 
+import pytest
+
 from conftest import run_train
+
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
 
 def assert_loss_fell(losses):

@@ -1,5 +1,5 @@
-"""What README.md says against what the code and the pins say (constraints.txt and the stack files): the version
-tables, the exit codes."""
+"""What the documentation says against what the code and the pins say (constraints.txt and the stack files): the
+version tables (docs/versions.md), the exit codes (docs/failures-and-exit-codes.md)."""
 
 import re
 
@@ -7,7 +7,8 @@ from conftest import REPO
 from opentc_launcher import exit_codes
 from opentc_launcher.xla.cuda import PJRT_C_API
 
-README = (REPO / "README.md").read_text()
+VERSIONS = (REPO / "docs" / "versions.md").read_text()
+FAILURES = (REPO / "docs" / "failures-and-exit-codes.md").read_text()
 
 
 def pins(flavour: str = "xla") -> dict[str, str]:
@@ -16,9 +17,9 @@ def pins(flavour: str = "xla") -> dict[str, str]:
     return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
 
 
-def table(heading: str) -> dict[str, str]:
-    """The first two columns of the markdown table under `heading`."""
-    lines = README.split(heading, 1)[1].splitlines()
+def table(heading: str, text: str = VERSIONS) -> dict[str, str]:
+    """The first two columns of the markdown table under `heading` in `text`."""
+    lines = text.split(heading, 1)[1].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     rows = []
     for line in lines[start:]:
@@ -30,7 +31,7 @@ def table(heading: str) -> dict[str, str]:
 
 
 def test_the_version_table_is_the_xla_stack():
-    versions, pinned = table("## Versions"), pins()
+    versions, pinned = table("# Versions"), pins()
     for package in ("torch", "torch-xla", "jax-cuda12-pjrt", "nvidia-cuda-nvcc-cu12"):
         assert versions[package] == pinned[package], package
     assert pinned["nvidia-cuda-nvcc-cu12"].startswith(versions["CUDA"] + ".")
@@ -38,7 +39,7 @@ def test_the_version_table_is_the_xla_stack():
     release = ".".join(pinned["torch-xla"].split(".")[:2])
     api, plugin = PJRT_C_API[release]
     assert pinned["jax-cuda12-pjrt"] == plugin
-    assert f"PJRT C API {api[0]}.{api[1]}" in README
+    assert f"PJRT C API {api[0]}.{api[1]}" in VERSIONS
 
 
 def test_the_inductor_version_table_is_the_inductor_stack():
@@ -50,7 +51,7 @@ def test_the_inductor_version_table_is_the_inductor_stack():
 
 
 def test_the_exit_code_table_is_exit_codes_py():
-    documented = table("## Exit codes")
+    documented = table("## Exit codes", FAILURES)
     assert documented.pop("128 + N").startswith("killed by, or stopped on, signal N")
     named = {str(code): text for code, text in exit_codes.TABLE.items() if code != exit_codes.SIGNAL_BASE}
     assert {code: re.sub(r"`", "", text) for code, text in documented.items()} == named

@@ -25,6 +25,8 @@ from opentc_launcher.xla.cuda import (
     plugin_api_version,
 )
 
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
+
 PY = str(BIN / "python")
 OUR_PLUGIN = "opentc_launcher.xla.cuda_plugin.CudaPlugin"
 
@@ -59,7 +61,7 @@ def test_a_pin_moved_alone_is_named_with_both_versions_and_the_pair_to_pin():
         f"XLA:CUDA's PJRT plugin does not match torch-xla: jax-cuda12-pjrt {metadata.version('jax-cuda12-pjrt')} "
         f"speaks PJRT C API {found[0]}.{found[1]}, torch-xla {other}.1 expects {major}.{minor}.")
     assert f"torch-xla {other}.x with jax-cuda12-pjrt=={plugin}" in str(err.value)
-    with pytest.raises(PluginUnusable, match="torch-xla 2.9.0 has no known XLA:CUDA plugin"):
+    with pytest.raises(PluginUnusable, match=r"torch-xla 2\.9\.0 has no known XLA:CUDA plugin"):
         check_cuda_plugin(torch_xla_version="2.9.0")
 
 
@@ -135,7 +137,7 @@ PLUGIN_OPTIONS = """
     """
 
 
-@pytest.mark.parametrize("env,options,coordinator,chips", [
+@pytest.mark.parametrize(("env", "options", "coordinator", "chips"), [
     ({}, {"platform_name": "gpu", "allocator": "default", "node_id": 0, "num_nodes": 1}, False, 1),
     # torchrun, 4 workers per host on 2 hosts, this one local rank 2 of host 1
     ({"LOCAL_RANK": "2", "RANK": "6", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8", "GPU_NUM_DEVICES": "4"},
@@ -206,7 +208,7 @@ def test_the_gpu_gates_all_reduce_script_runs_on_one_xla_cpu_worker(tmp_path):
     assert (result["rank"], result["world"], result["sum"], result["pjrt_device"]) == (0, 1, 1.0, "CPU")
 
 
-@pytest.mark.parametrize("version,refused", [((11, 8), True), ((12, 0), False), ((12, 6), False), (None, False)])
+@pytest.mark.parametrize(("version", "refused"), [((11, 8), True), ((12, 0), False), ((12, 6), False), (None, False)])
 def test_a_driver_too_old_for_cuda_12_is_named(version, refused):
     # No NVIDIA driver here: the version the driver would report is given (driver_cuda_version reads it
     # through libcuda's cuDriverGetVersion, and says None without a driver, as here).

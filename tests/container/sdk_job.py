@@ -5,7 +5,7 @@
                                      [--hp key=json ...] [--env K=V ...] [--channel name=DIR ...] [--no-source]
 
 v2 is `sagemaker.estimator.Estimator(image_uri=..., instance_type="local")`, v3 is
-`ModelTrainer(training_mode=Mode.LOCAL_CONTAINER)`, as README.md's recipes use them. Offline: a region, no
+`ModelTrainer(training_mode=Mode.LOCAL_CONTAINER)`, as docs/sagemaker.md's recipes use them. Offline: a region, no
 instance-metadata lookups, the SDK's telemetry off, local code and file:// data; no AWS call is made. Writes
 ROOT/result.json: {"raised": the exception's text or null}; the SDK raises when the container exits non-zero.
 """
@@ -74,7 +74,7 @@ try:
             hyperparameters=hyperparameters, environment=environment, local_container_root=root)
         trainer.train(input_data_config=[InputData(channel_name=name, data_source=folder)
                                          for name, folder in channels.items()])
-except Exception as e:  # the SDK raises RuntimeError when docker-compose (the container) exits non-zero
+except Exception as e:  # noqa: BLE001  (the SDK raises RuntimeError when the container exits non-zero)
     traceback.print_exc()
     raised = f"{type(e).__name__}: {e}"
 finally:

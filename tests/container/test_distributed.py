@@ -5,7 +5,11 @@ the launch path of a real XLA job (torchrun rendezvous on hosts[0], PJRT variabl
 cross-process collectives, so sagemaker_training_compiler_cpu_multi_worker="unsynchronized" lets it start,
 and the script's own gloo all-reduce proves that the hosts really talk."""
 
+import pytest
+
 from .conftest import docker, logs, start_job, wait_container
+
+pytestmark = pytest.mark.container
 
 HOSTS = ["algo-1", "algo-2"]
 
@@ -16,12 +20,9 @@ def test_two_hosts_rendezvous_and_both_finish(image, make_job, containers):
     assert created.returncode == 0, created.stdout
     jobs, names = [], []
     for host in HOSTS:
-        job = make_job(host)
-        job.use_script("report_env.py")
-        job.drop_script_hyperparameters()
-        job.set_hyperparameters(sagemaker_pytorch_xla_multi_worker_enabled=True,
-                                sagemaker_training_compiler_enabled=True,
-                                sagemaker_training_compiler_cpu_multi_worker="unsynchronized", tag="x y")
+        job = make_job(host, script="report_env.py", sagemaker_pytorch_xla_multi_worker_enabled=True,
+                       sagemaker_training_compiler_enabled=True,
+                       sagemaker_training_compiler_cpu_multi_worker="unsynchronized", tag="x y")
         job.set_hosts(HOSTS, current=host)
         jobs.append(job)
         names.append(containers(prefix=f"opentc-test-{host}"))

@@ -5,7 +5,11 @@ The job then runs without network, with input/, model/ and output/ mounted one b
 
 import textwrap
 
+import pytest
+
 from .conftest import docker, inspect, run_job
+
+pytestmark = pytest.mark.container
 
 SCRIPT = """\
 import importlib.metadata, os

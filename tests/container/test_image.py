@@ -7,7 +7,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .conftest import docker, inspect
+
+pytestmark = pytest.mark.container
 
 REPO = Path(__file__).resolve().parents[2]
 # Set by the toolkit per job; a value in the image would look like the user's choice and win.
@@ -59,6 +63,8 @@ def test_no_command_prints_help_and_succeeds(each_image):
         assert line in shown.stdout
     assert run(image, "--help").stdout == shown.stdout
     assert run(image, "cat", "/opt/opentc/README.md").stdout == (REPO / "README.md").read_text()
+    listed = run(image, "ls", "/opt/opentc/docs").stdout.split()
+    assert listed == sorted(p.name for p in (REPO / "docs").iterdir()), listed
 
 
 def test_a_command_is_execd_as_tinis_direct_child(each_image):

@@ -15,6 +15,8 @@ import pytest
 
 from .conftest import DOCKER, docker, files_under, run_job
 
+pytestmark = pytest.mark.container
+
 REPO = Path(__file__).resolve().parents[2]
 SUITE_IMAGE_DOCKERFILE = REPO / "tests" / "container" / "Dockerfile.pytest"
 

@@ -2,7 +2,11 @@
 copy of sample/job (compiler on, XLA:CPU and Inductor on CPU: no GPU here), in debug mode, with a bad
 hyperparameter, and the sample job baked into the image."""
 
+import pytest
+
 from .conftest import files_under, run_job
+
+pytestmark = pytest.mark.container
 
 COMPILER_LINES = ("Found configuration for Training Compiler", "Configuring SM Training Compiler...")
 
@@ -11,7 +15,7 @@ def test_sample_job_trains_with_the_compiler(image, make_job, containers):
     job = make_job()
     result = run_job(image, containers(), job)
     assert result.returncode == 0, result.output[-5000:]
-    for line in COMPILER_LINES + ("PJRT_DEVICE=CPU", "Reporting training SUCCESS"):
+    for line in (*COMPILER_LINES, "PJRT_DEVICE=CPU", "Reporting training SUCCESS"):
         assert line in result.output
     assert job.succeeded and job.failure is None
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(files_under(job.model))
@@ -85,10 +89,7 @@ def test_train_with_no_job_mounted_fails_and_says_why(image, containers):
 def test_a_read_only_output_folder_still_fails_loudly(image, make_job, containers):
     """output/ mounted read-only: the job is refused before the script (nothing it measured could be kept), and
     the verdict that cannot be written is told on stderr, with the exit code."""
-    job = make_job()
-    job.use_script("crash.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
+    job = make_job(script="crash.py", sagemaker_training_compiler_enabled=False)
     (job.output / "data").mkdir(parents=True)
     result = run_job(image, containers(), job, "-v", f"{job.output}:/opt/ml/output:ro")
     assert result.returncode == 2, result.output[-3000:]

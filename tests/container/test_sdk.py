@@ -21,6 +21,8 @@ from conftest import REPO, SAMPLE_JOB, SCRIPTS, clean_env, wait_for
 
 from .conftest import docker
 
+pytestmark = pytest.mark.container
+
 HERE = Path(__file__).resolve().parent
 SDK_VENVS = {"v2": REPO / ".venv-sdk2", "v3": REPO / ".venv-sdk3"}
 

@@ -3,16 +3,17 @@
 
 import time
 
+import pytest
+
 from conftest import wait_for
 
 from .conftest import docker, inspect, logs, start_job
 
+pytestmark = pytest.mark.container
+
 
 def long_job(make_job, **hyperparameters):
-    job = make_job()
-    job.use_script("long_running.py")
-    job.drop_script_hyperparameters()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False, **hyperparameters)
+    job = make_job(script="long_running.py", sagemaker_training_compiler_enabled=False, **hyperparameters)
     return job
 
 

@@ -22,7 +22,7 @@ def _mp_fn(index):
 
 
 if __name__ == "__main__":
-    import torch_xla  # noqa: F401  (registers the installed plugins)
+    import torch_xla  # registers the installed plugins
 
     record("torchrun-worker" if "TORCHELASTIC_RUN_ID" in os.environ else "main")
     if sys.argv[2:] == ["launch"]:

@@ -7,6 +7,7 @@ randomly initialised GPT-2, so nothing comes from a hub.
 """
 
 import glob
+import itertools
 import json
 import os
 import sys
@@ -62,7 +63,7 @@ def main():
     block_size = data_args.block_size
 
     def group_texts(examples):
-        joined = {k: sum(examples[k], []) for k in examples}
+        joined = {k: list(itertools.chain.from_iterable(examples[k])) for k in examples}
         total = len(joined["input_ids"]) // block_size * block_size
         result = {k: [t[i:i + block_size] for i in range(0, total, block_size)] for k, t in joined.items()}
         result["labels"] = result["input_ids"].copy()

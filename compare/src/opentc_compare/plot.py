@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from .inputs import Job
 from .table import unique_labels
@@ -82,7 +83,7 @@ def draw(jobs: Sequence[Job], path: str) -> None:
     plt.close(fig)
 
 
-def _bars(ax, labels: list[str], values: list[float], colours: list[str], title: str) -> None:
+def _bars(ax: Any, labels: list[str], values: list[float], colours: list[str], title: str) -> None:
     positions = range(len(labels))
     ax.bar(positions, values, color=colours)
     ax.set_xticks(list(positions), labels, fontsize=8, rotation=10)

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -23,7 +24,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         self._lock = threading.Lock()
         self._finding: set[str] = set()
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.pending or fullname in self._finding:
             return None
         self._finding.add(fullname)

@@ -1,6 +1,7 @@
 """Every exit code the project's commands use (`train`, `opentc-train`, `opentc-run`, `opentc-worker`).
 
-README.md's table "Exit codes" is checked against `TABLE` by a test, so the two cannot drift apart.
+The table "Exit codes" in docs/failures-and-exit-codes.md is checked against `TABLE` by a test, so the two cannot
+drift apart.
 """
 
 from __future__ import annotations

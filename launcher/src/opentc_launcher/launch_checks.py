@@ -9,6 +9,7 @@ wait for the rendezvous (exit code 3, naming the host and port).
 
 from __future__ import annotations
 
+import argparse
 import errno
 import logging
 import os
@@ -57,7 +58,7 @@ def too_many_workers(workers: int, gpu_count: int, asked_by: str) -> str | None:
             f"({MAX_WORKERS_PER_CPU} per CPU or GPU) are accepted. Use one worker per GPU, or on CPUs one per core.")
 
 
-def option_problem(args, gpu_count: int) -> str | None:
+def option_problem(args: argparse.Namespace, gpu_count: int) -> str | None:
     """The first launch option (or the variable it came from) that cannot work, in words; None if all can."""
     nproc = str(args.nproc_per_node).strip()
     if not (whole_number(nproc) or 0) >= 1 and nproc not in NPROC_WORDS:

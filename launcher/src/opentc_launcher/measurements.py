@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from array import array
+from types import ModuleType
 from typing import Any
 
 from .after_import import when_imported
@@ -77,7 +78,7 @@ class BatchWatch:
 _current: BatchWatch | None = None
 
 
-def _first_tensor(batch: Any):
+def _first_tensor(batch: Any) -> Any:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
@@ -92,20 +93,20 @@ def _first_tensor(batch: Any):
     return next((v for v in values if isinstance(v, torch.Tensor)), None)
 
 
-def _hook_dataloaders(_torch) -> None:
+def _hook_dataloaders(_torch: ModuleType) -> None:
     from torch.utils.data import dataloader
 
     iterator = dataloader._BaseDataLoaderIter
     original = iterator.__next__
 
-    def __next__(self):
+    def next_measured(self: Any) -> Any:
         batch = original(self)
         if _current is not None:
             with contextlib.suppress(Exception):   # a measurement is never a reason for a step to fail
                 _current.seen(batch)
         return batch
 
-    replace_once(iterator, "__next__", __next__)
+    replace_once(iterator, "__next__", next_measured)
 
 
 def host_peak_memory_mb() -> float:

@@ -11,6 +11,7 @@ a supervisor.
 
 from __future__ import annotations
 
+import argparse
 import glob
 import logging
 import os
@@ -18,8 +19,9 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from . import exit_codes
 from .arguments import add_worker_arguments
@@ -60,7 +62,7 @@ class FromVariable:
     text: str
 
 
-def build_parser(env=os.environ):
+def build_parser(env: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
@@ -78,7 +80,7 @@ def build_parser(env=os.environ):
     return parser
 
 
-def resolve_standard_variables(args) -> str | None:
+def resolve_standard_variables(args: argparse.Namespace) -> str | None:
     """Replace the defaults that came from MASTER_ADDR, MASTER_PORT and NODE_RANK by their values; the first one
     that is not accepted, in words, or None."""
     for dest in STANDARD_VARIABLES:
@@ -97,7 +99,7 @@ def resolve_standard_variables(args) -> str | None:
     return None
 
 
-def apply_standalone(args) -> None:
+def apply_standalone(args: argparse.Namespace) -> None:
     """What torchrun's own run() does for --standalone (config_from_args does not): a local rendezvous on a
     free port with a fresh id, so two single-host launches on one machine never meet or collide. Unlike
     torchrun, the workers meet on 127.0.0.1, not on this host's name: a container without a network
@@ -123,7 +125,7 @@ def _stderr_tail(log_dir: str, local_rank: int, error_file: str) -> str:
     return ""
 
 
-def failure_from_child_failed(error, log_dir: str) -> FailureRecord:
+def failure_from_child_failed(error: Any, log_dir: str) -> FailureRecord:
     rank, failure = error.get_first_failure()
     summary, traceback_text = read_error_file(failure.error_file)
     exit_code = exit_codes.from_returncode(failure.exitcode)
@@ -156,12 +158,12 @@ def _open_working_copy(options: WorkerOptions, scratch: str) -> tuple[WorkerOpti
     return with_copy, cache
 
 
-def _report_launch_failure(args, exit_code: int, message: str) -> None:
+def _report_launch_failure(args: argparse.Namespace, exit_code: int, message: str) -> None:
     log.error("%s", message)
     write_failure_report(args.failure_report, FailureRecord(exit_code=exit_code, summary=message, stage=LAUNCH))
 
 
-def _fail(args, exit_code: int, message: str) -> NoReturn:
+def _fail(args: argparse.Namespace, exit_code: int, message: str) -> NoReturn:
     """The launch failed before any training script ran."""
     _report_launch_failure(args, exit_code, message)
     sys.exit(exit_code)
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except SignalException as e:  # this launcher was stopped; torch has already stopped the workers
         log.error("stopped by %s", e.sigval.name)
         sys.exit(exit_codes.of_signal(e.sigval))
-    except Exception as e:  # before the workers' scripts could report: the OS, or the peers never met
+    except Exception as e:  # noqa: BLE001  (before the workers' scripts could report: the OS, or the peers never met)
         _fail(args, *classify_launch_error(e, endpoint, node, f"{args.nproc_per_node} worker(s)"))
     finally:
         watchdog.disarm()

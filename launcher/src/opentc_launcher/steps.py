@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 from .after_import import when_imported
 
@@ -33,12 +35,12 @@ class StepCounter:
         when_imported("torch", self._hook)
         return self
 
-    def _hook(self, _torch) -> None:
+    def _hook(self, _torch: ModuleType) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         register_optimizer_step_post_hook(self._after_step)   # for the life of the process
 
-    def _after_step(self, _optimizer, _args, _kwargs) -> None:
+    def _after_step(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
         self.steps += 1
         self.step_ends.append(time.monotonic())
         if self.on_step is not None:

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import traceback
+from types import TracebackType
 from typing import NoReturn
 
 from . import exit_codes
@@ -62,7 +63,7 @@ def follow_parent() -> None:
 _LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _user_frames(tb):
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     """The traceback from the first frame that is not the launcher's or runpy's, as `python script.py` shows."""
     first = tb
     while tb is not None:
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         session = backend.start(options, identity, os.environ)
     except (LaunchRefused, BadEnvironmentValue) as e:
         refuse(str(e))
-    except Exception as e:  # torch_xla missing or broken, a runtime that does not start
+    except Exception as e:  # noqa: BLE001  (torch_xla missing or broken, a runtime that does not start)
         log.error("%s could not be prepared, so the script did not start", backend.title)
         record_failure(e, exit_codes.FAILED)
         sys.exit(exit_codes.FAILED)

@@ -127,7 +127,7 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         return not_started(str(e), e.exit_code)
     except JobStopped as e:
         return stop_outcome(e.result, e.processes, e.during)
-    except Exception as e:  # the toolkit's own fault: say so, with its traceback after the reason
+    except Exception as e:  # noqa: BLE001  (the toolkit's own fault: say so, with its traceback after the reason)
         return Outcome(exit_codes.FAILED, failure_message(
             f"Training failed: the toolkit failed before the training script ended: {type(e).__name__}: {e}",
             details=traceback.format_exc()))

@@ -31,7 +31,7 @@ from .plan import LaunchPlan
 
 log = logging.getLogger(__name__)
 
-# Where the throughput comes from (README, "Did it pay?"): the batches torch's DataLoaders handed out after warm-up,
+# Where the throughput comes from (docs/did-it-pay.md): the batches torch's DataLoaders handed out after warm-up,
 # else the Trainer's own train_samples_per_second, over its whole run (compilation included).
 BATCHES = "batch shapes, steady state"
 TRAINER_RATE = "the Trainer's train_samples_per_second, whole run"

@@ -83,7 +83,7 @@ def fetch_code(job: TrainingJob, scratch: str) -> str:
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} is a corrupt tarball: "
                              f"{type(e).__name__}: {e}. Upload the source folder again as a .tar.gz.") from None
-    except Exception as e:  # boto3's errors: the user's input was wrong, or S3 unreachable
+    except Exception as e:  # noqa: BLE001  (boto3's errors: the user's input was wrong, or S3 unreachable)
         raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched "
                              f"into {target}: {type(e).__name__}: {e}") from None
     log.info("the job's code: sagemaker_submit_directory %s, in %s", uri, target)

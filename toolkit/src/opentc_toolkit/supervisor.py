@@ -19,8 +19,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import FrameType
+from typing import IO, TextIO
 
 import psutil
 
@@ -82,7 +84,7 @@ class _Pump(threading.Thread):
     """Copies one of the child's streams to ours as it comes, keeps its last bytes, and hands each complete line
     to `on_line` (the job summary reads the loss from them)."""
 
-    def __init__(self, stream, out, on_line: LineReader | None = None):
+    def __init__(self, stream: IO[bytes], out: TextIO, on_line: LineReader | None = None) -> None:
         super().__init__(daemon=True, name="stream-pump")
         self._stream = stream
         self._out = getattr(out, "buffer", None)
@@ -120,7 +122,7 @@ class _Pump(threading.Thread):
 
 
 
-def _signal_all(processes, signum: int) -> None:
+def _signal_all(processes: Iterable[psutil.Process], signum: int) -> None:
     for p in processes:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signum)
@@ -153,7 +155,7 @@ class Supervisor:
     def stop_requested(self) -> int | None:
         return self._stop_signal
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self._stop_signal is not None:
             return
         self._stop_signal = signum
@@ -194,9 +196,10 @@ class Supervisor:
                 f"or a name or value the OS cannot carry is the usual cause.") from None
         self._root = psutil.Process(proc.pid)
         self._workers_are_children = command.workers_are_children
+        assert proc.stderr is not None   # stderr=PIPE
         pump = _Pump(proc.stderr, sys.stderr, on_line)
         pump.start()
-        out_pump = _Pump(proc.stdout, sys.stdout, on_line) if on_line else None
+        out_pump = _Pump(proc.stdout, sys.stdout, on_line) if on_line and proc.stdout is not None else None
         if out_pump is not None:
             out_pump.start()
         if self._stop_signal is not None:  # a signal between the check above and Popen

@@ -18,6 +18,7 @@ import os
 import re
 import time
 from collections.abc import MutableMapping
+from types import ModuleType
 from typing import Any
 
 from .. import exit_codes
@@ -66,7 +67,7 @@ class GraphBreaks(logging.Handler):
     _REASON = re.compile(r"Reason: (?P<reason>[^\n]+)")
     _EXPLANATION = re.compile(r"Explanation: (?P<explanation>[^\n]+)")   # torch >= 2.7: what was not traceable
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.seen: dict[tuple[str, str], int] = {}
 
@@ -186,7 +187,7 @@ class InductorSession(WorkerSession):
         super().start()
         when_imported("torch._dynamo", self._hook_dynamo)
 
-    def _hook_dynamo(self, _dynamo) -> None:
+    def _hook_dynamo(self, _dynamo: ModuleType) -> None:
         from torch._dynamo import callback
 
         callback.on_compile_start(self._compile_started)
@@ -194,10 +195,10 @@ class InductorSession(WorkerSession):
         self.graph_breaks.attach()
 
     # -- while the script runs --------------------------------------------------------------------------------
-    def _compile_started(self, *_args) -> None:
+    def _compile_started(self, *_args: Any) -> None:
         self._compiling_since = time.monotonic()
 
-    def _compile_ended(self, *_args) -> None:
+    def _compile_ended(self, *_args: Any) -> None:
         if self._compiling_since is not None:
             self.compile_seconds.append(round(time.monotonic() - self._compiling_since, 3))
             self._compiling_since = None

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from .. import exit_codes
 from ..compile_report import (
@@ -47,7 +48,7 @@ def _counter(name: str) -> int:
     return int(met.counter_value(name) or 0)
 
 
-def _metric(name: str):
+def _metric(name: str) -> Any:
     import torch_xla.debug.metrics as met
 
     return met.metric_data(name)
@@ -74,7 +75,7 @@ class StepActivity:
     tensor was read back to the host. Fed by the shared StepCounter after each step, from counts that are final
     when the step ends, so the attribution does not depend on how far the device has got."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.steps_with_host_reads = 0
         self.executions_per_step: Counter[int] = Counter()
         self._last: tuple[int, int] | None = None

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from ..after_import import when_imported
 from ..replace import replace_once
@@ -37,7 +38,7 @@ class TargetChanged(Exception):
 
 @dataclass(frozen=True)
 class LibraryPatch:
-    name: str                          # how the logs and the README call it
+    name: str                          # how the logs and the docs call it
     module: str                        # applied right after this module is imported
     why: str
     apply: Callable[[ModuleType], None]   # raises TargetChanged when the module is not what it expects
@@ -72,7 +73,7 @@ def _treat_xla_as_traced(module: ModuleType) -> None:
         if "is_tracing(padding_mask)" not in _source(getattr(module, name, None)):
             raise TargetChanged(f"transformers.masking_utils.{name} no longer checks is_tracing(padding_mask)")
 
-    def is_tracing(tensor=None) -> bool:
+    def is_tracing(tensor: Any = None) -> bool:
         return original(tensor) or _is_xla(tensor)
 
     replace_once(module, "is_tracing", is_tracing)
@@ -104,14 +105,14 @@ def _single_process_gather(module: ModuleType) -> None:
     import torch
     import torch_xla.runtime as xr
 
-    def on_cpu(tensors):
+    def on_cpu(tensors: Any) -> Any:
         if isinstance(tensors, (list, tuple)):
             return type(tensors)(on_cpu(t) for t in tensors)
         if isinstance(tensors, dict):
             return type(tensors)({k: on_cpu(t) for k, t in tensors.items()})
         return torch.atleast_1d(tensors.cpu())  # on the CPU: no new graph for the view
 
-    def nested_xla_mesh_reduce(tensors, name):
+    def nested_xla_mesh_reduce(tensors: Any, name: str) -> Any:
         if xr.world_size() > 1:
             return original(tensors, name)
         return on_cpu(tensors)
@@ -144,7 +145,7 @@ def _save_xla_tensors_from_cpu(module: ModuleType) -> None:
     if "xla" in _source(getattr(module, "storage_ptr", None)).lower():
         raise TargetChanged("safetensors.torch.storage_ptr handles XLA tensors itself now")
 
-    def _flatten_as_ptr(tensors, keep_alive_buffer):
+    def _flatten_as_ptr(tensors: Any, keep_alive_buffer: Any) -> Any:
         names = [name for name, t in tensors.items() if _is_xla(t)] if isinstance(tensors, dict) else []
         if names:
             import torch_xla.core.xla_model as xm
@@ -179,7 +180,7 @@ def _xla_storage_ids(module: ModuleType) -> None:
     if "xla" in _source(original).lower():
         raise TargetChanged("accelerate's id_tensor_storage handles XLA tensors itself now")
 
-    def id_tensor_storage(tensor):
+    def id_tensor_storage(tensor: Any) -> Any:
         if not _is_xla(tensor):
             return original(tensor)
         import torch_xla

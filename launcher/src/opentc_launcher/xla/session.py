@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, MutableMapping
+from typing import Any
 
 from ..backend import WorkerSession
 from ..compile_report import CompileReport, limit_message
@@ -97,7 +98,7 @@ class XlaSession(WorkerSession):
         xlac = torch_xla._XLAC
         step_marker = xlac._xla_step_marker
 
-        def step_marker_then_callback(*args, **kwargs):
+        def step_marker_then_callback(*args: Any, **kwargs: Any) -> Any:
             result = step_marker(*args, **kwargs)
             callback()
             return result
@@ -163,7 +164,7 @@ def init_xla_process_group() -> None:
         dist.init_process_group("xla", init_method="xla://")
     original = dist.init_process_group
 
-    def init_process_group(backend=None, *args, **kwargs):
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
         if dist.is_initialized() and backend is not None and str(backend).lower() == dist.get_backend():
             log.info("torch.distributed is already initialised on %s by the launcher; "
                      "ignoring the script's init_process_group", backend)

@@ -57,7 +57,7 @@ class InSpawnedProcess:
     keep_parameters: bool   # the starting process's swap switch when it launched (the script may have set it)
     attach: Attach
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not _attached.acquire(blocking=False):    # another device thread of this process has the session
             return self.fn(*args, **kwargs)
         import torch_xla.runtime as xr
@@ -104,7 +104,7 @@ def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity, a
         return False
     parent = f"rank{identity.rank}"
 
-    def run_multiprocess(fn, *args, start_method="spawn", **kwargs):
+    def run_multiprocess(fn: Callable[..., Any], *args: Any, start_method: str = "spawn", **kwargs: Any) -> Any:
         error_dir = tempfile.mkdtemp(prefix="opentc-spawned-")
         try:
             spawned = InSpawnedProcess(fn, options, parent, error_dir, parameters_kept_on_move(), attach)

@@ -1,0 +1,82 @@
+"""The packages' layering, read from their sources: dependencies run one way (toolkit -> launcher, toolkit ->
+compare; the launcher and compare stand alone), and no module imports one that imports it back, whether the import
+is at the top, inside a function or only for typing."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PACKAGES = {"opentc_launcher": REPO / "launcher" / "src", "opentc_toolkit": REPO / "toolkit" / "src",
+            "opentc_compare": REPO / "compare" / "src"}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Every module of ours that `path` (module `name`) imports, anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from . import x` may name a module: count both the package and its submodules.
+            found |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
+    return {m for m in found if m.split(".")[0] in PACKAGES}
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {}
+    for root in PACKAGES.values():
+        for path in root.rglob("*.py"):
+            modules[module_name(path, root)] = path
+    return {name: {m for m in imports(path, name) if m in modules and m != name} for name, path in modules.items()}
+
+
+def test_the_launcher_and_compare_stand_alone():
+    for name, targets in graph().items():
+        top = name.split(".")[0]
+        if top == "opentc_launcher":
+            assert not {t for t in targets if not t.startswith("opentc_launcher")}, (name, targets)
+        if top == "opentc_compare":
+            assert not {t for t in targets if not t.startswith("opentc_compare")}, (name, targets)
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    edges = graph()
+
+    # A package's own __init__ and its submodules import each other by design (`from . import x`): not a cycle.
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        seen = set()
+        while stack:
+            node, path = stack.pop()
+            for target in edges.get(node, ()):
+                if target == start and not start.startswith(f"{node}.") and not node.startswith(f"{start}."):
+                    return [*path, target]
+                if target not in seen and not target.startswith(f"{start}.") and not start.startswith(f"{target}."):
+                    seen.add(target)
+                    stack.append((target, [*path, target]))
+        return None
+
+    cycles = [cycle for name in sorted(edges) if (cycle := cycle_from(name))]
+    assert not cycles, cycles[:5]
+
+
+@pytest.mark.parametrize("prefix", ["sagemaker_training_compiler_", "sagemaker_pytorch_xla_"])
+def test_the_launcher_names_no_sagemaker_hyperparameter(prefix):
+    """It words settings by its own options; a front end hands down its own names (setting_names)."""
+    named = [f"{path.relative_to(REPO)}:{number}" for path in (REPO / "launcher" / "src").rglob("*.py")
+             for number, line in enumerate(path.read_text().splitlines(), 1) if prefix in line]
+    assert not named, named

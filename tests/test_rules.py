@@ -1,0 +1,147 @@
+"""The pure rules, without a job: how the workers' run becomes a verdict (outcome.judge), how an exception becomes the
+line a user reads first (failure_records.summarize_exception), and how a worker's error record is read back. Each
+rule is also exercised end to end by the job tests; here every branch is named, and runs in milliseconds."""
+
+import json
+import signal
+
+import pytest
+
+from opentc_launcher import exit_codes
+from opentc_launcher.failure_records import (
+    LAUNCH,
+    FailureRecord,
+    read_error_file,
+    read_error_record,
+    summarize_exception,
+)
+from opentc_toolkit.outcome import LauncherFailureReport, WorkerErrorFile, judge
+from opentc_toolkit.supervisor import ProcessResult
+
+
+# -- judge ---------------------------------------------------------------------------------------------------------
+def worker_error(tmp_path, summary="", traceback="", code=1):
+    path = tmp_path / "error.json"
+    path.write_text(json.dumps({"message": {"message": summary, "extraInfo": {"py_callstack": traceback,
+                                                                               "exitcode": code}}}))
+    return WorkerErrorFile(str(path))
+
+
+def launcher_report(tmp_path, **fields):
+    path = tmp_path / "failure.json"
+    path.write_text(FailureRecord(**fields).to_json())
+    return LauncherFailureReport(str(path))
+
+
+def test_a_run_that_ended_well_succeeds_and_reads_no_record(tmp_path):
+    outcome = judge(ProcessResult(0, "noise"), WorkerErrorFile(str(tmp_path / "never-written.json")), "algo-1", 1)
+    assert outcome.succeeded and outcome.message == "" and not outcome.stopped
+
+
+def test_a_failed_worker_is_told_in_its_own_words_first(tmp_path):
+    source = worker_error(tmp_path, "ValueError: batch 7 has 3 columns", "Traceback ...\nValueError: batch 7")
+    outcome = judge(ProcessResult(1, "stderr tail"), source, "algo-1", 1)
+    lines = outcome.message.splitlines()
+    assert outcome.exit_code == 1 and not outcome.stopped
+    assert lines[:2] == ["Training failed: the training script ended with exit code 1 on host algo-1.",
+                         "ValueError: batch 7 has 3 columns"]
+    assert "Traceback ..." in outcome.message
+
+
+def test_without_a_record_the_end_of_stderr_comes_first(tmp_path):
+    outcome = judge(ProcessResult(139, "loading data\nSegmentation fault (core dumped)"),
+                    WorkerErrorFile(str(tmp_path / "none.json")), "algo-1", 1)
+    assert outcome.message.splitlines()[1:3] == ["loading data", "Segmentation fault (core dumped)"]
+    assert "exit code 139, i.e. killed by SIGSEGV" in outcome.message
+
+
+def test_a_kill_by_sigkill_says_what_it_usually_means(tmp_path):
+    outcome = judge(ProcessResult(137, ""), WorkerErrorFile(str(tmp_path / "none.json")), "algo-1", 1)
+    assert "killed by SIGKILL; on SageMaker this usually means the instance ran out of memory" in outcome.message
+
+
+def test_with_several_workers_the_failed_rank_is_named(tmp_path):
+    source = launcher_report(tmp_path, exit_code=3, rank=5, summary="RuntimeError: NCCL timeout")
+    outcome = judge(ProcessResult(3, ""), source, "algo-2", 8)
+    assert outcome.message.startswith("Training failed: the training script ended with exit code 3 on rank 5 of 8, "
+                                      "host algo-2.")
+
+
+def test_a_launch_that_failed_before_any_script_is_said_so(tmp_path):
+    refused = launcher_report(tmp_path, exit_code=2, summary="--nproc-per-node 0 is not accepted", stage=LAUNCH)
+    outcome = judge(ProcessResult(2, ""), refused, "algo-1", 1)
+    assert outcome.message.startswith("Training not started: --nproc-per-node 0 is not accepted")
+    other = launcher_report(tmp_path, exit_code=3, summary="no rendezvous with algo-1:29500", stage=LAUNCH)
+    outcome = judge(ProcessResult(3, ""), other, "algo-2", 2)
+    assert outcome.message.startswith("Training failed before any training script ran: the launcher ended with exit "
+                                      "code 3 on host algo-2.")
+
+
+def test_a_stop_is_a_stop_whatever_the_workers_exit_code(tmp_path):
+    for code in (0, 143, 1):
+        outcome = judge(ProcessResult(code, "", stopped_by=signal.SIGTERM, grace=30.0),
+                        WorkerErrorFile(str(tmp_path / "none.json")), "algo-1", 1)
+        assert outcome.stopped and outcome.message.startswith("Training stopped: SIGTERM received"), outcome
+        assert "the workers were given 30 s to finish" in outcome.message
+
+
+# -- summarize_exception ----------------------------------------------------------------------------------------
+def raised(make):
+    try:
+        make()
+    except BaseException as e:  # noqa: BLE001  (the exception under test, whatever it is)
+        return e
+    raise AssertionError("nothing raised")
+
+
+def test_an_exception_is_its_own_line():
+    assert summarize_exception(raised(lambda: int("x"))) == "ValueError: invalid literal for int() with base 10: 'x'"
+
+
+def test_a_chained_exception_shows_the_original_error_first():
+    def chained():
+        try:
+            {}["missing"]
+        except KeyError as e:
+            raise RuntimeError("loading the dataset failed") from e
+    assert summarize_exception(raised(chained)) == ("KeyError: 'missing'\n"
+                                                    "(which led to RuntimeError: loading the dataset failed)")
+
+
+def test_an_error_re_raised_by_a_dataloader_worker_shows_the_original_line_first():
+    message = ("Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+               '  File "train.py", line 9, in __getitem__\nValueError: sample 7 is empty\n')
+    assert summarize_exception(ValueError(message)) == (
+        "ValueError: sample 7 is empty\n(ValueError: Caught ValueError in DataLoader worker process 0.)")
+
+
+def test_an_exception_whose_str_raises_is_named_by_its_type():
+    class ShardError(Exception):
+        def __str__(self):
+            raise RuntimeError("no")
+    assert summarize_exception(ShardError()).endswith(".ShardError: <exception str() failed>")   # module-qualified
+
+
+# -- error records --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("content", "expected"), [
+    ({"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "tb", "exitcode": 1}}},
+     ("ValueError: x", "tb", 1)),
+    ({"message": {"message": "stopped", "extraInfo": {"exitcode": "143"}}}, ("stopped", "", 143)),
+    ({"message": "a plain message"}, ("a plain message", "", None)),
+    ({"message": {"message": "no code", "extraInfo": "not an object"}}, ("no code", "", None)),
+])
+def test_an_error_record_is_read_in_each_of_its_forms(tmp_path, content, expected):
+    path = tmp_path / "error.json"
+    path.write_text(json.dumps(content))
+    record = read_error_record(str(path))
+    assert (record.summary, record.traceback, record.exit_code) == expected
+    assert read_error_file(str(path)) == expected[:2]
+
+
+@pytest.mark.parametrize("content", [None, "not json", "[1, 2]"])
+def test_a_missing_or_broken_error_record_is_none(tmp_path, content):
+    path = tmp_path / "error.json"
+    if content is not None:
+        path.write_text(content)
+    assert read_error_record(str(path)) is None and read_error_file(str(path)) == ("", "")
+    assert read_error_record(None) is None and exit_codes.OK == 0
