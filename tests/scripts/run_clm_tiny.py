@@ -34,6 +34,8 @@ class DataArguments:
     vocab_size: int = 400
     train_dir: str = field(default_factory=lambda: os.environ.get("SM_CHANNEL_TRAIN", "data"))
     step_times_file: str = ""   # for the benchmarks: when each optimizer step ended (wall clock, time.time())
+    # As run_clm's --config_overrides: "n_layer=12,n_embd=256" changes the tiny GPT-2's config.
+    config_overrides: str = ""
 
 
 class StepTimes(TrainerCallback):
@@ -73,6 +75,8 @@ def main():
     config = GPT2Config(n_layer=2, n_head=2, n_embd=64, n_inner=256, vocab_size=len(tokenizer),
                         n_positions=block_size, bos_token_id=tokenizer.eos_token_id,
                         eos_token_id=tokenizer.eos_token_id)
+    if data_args.config_overrides:
+        config.update_from_string(data_args.config_overrides)
     model = GPT2LMHeadModel(config)
     trainer = Trainer(model=model, args=training_args, train_dataset=lm_dataset,
                       data_collator=default_data_collator,

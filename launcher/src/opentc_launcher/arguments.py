@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from .env_values import MAX_DIGITS, flag, whole_number
-from .options import CPU_MULTI_WORKER_POLICIES, DEVICES, WorkerOptions
-from .registry import BACKEND_NAMES
+from .options import ALL_DEFAULTS, CPU_MULTI_WORKER_POLICIES, DEVICES, WorkerOptions
+from .registry import BACKEND_NAMES, backend_named
 
 
 def _on_off(text: str) -> bool:
@@ -56,6 +56,11 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-count", type=int, default=d.gpu_count, metavar="N",
                        help="the GPUs on this host, as a launcher above this one counted them (default -1: count "
                             "them here, through NVML, honouring CUDA_VISIBLE_DEVICES)")
+    declared = "; ".join(f"{name}: {', '.join(backend_named(name).optional_defaults)}" for name in BACKEND_NAMES
+                         if backend_named(name).optional_defaults)
+    group.add_argument("--defaults-off", default=d.defaults_off, metavar="NAMES",
+                       help=f"leave these compile-time defaults of the backend off: comma-separated names "
+                            f"({declared}), or {ALL_DEFAULTS}")
     group.add_argument("--library-patches", type=_on_off, default=d.library_patches, metavar="true|false",
                        help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads "
                             "every step, saving, tied weights: library_patches.py); false: run them as installed")

@@ -16,6 +16,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import ClassVar, NoReturn
 
 from . import exit_codes
@@ -24,8 +25,10 @@ from .cuda_driver import driver_problem
 from .failure_records import record_error
 from .identity import WorkerIdentity
 from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
-from .options import WorkerOptions
+from .options import ALL_DEFAULTS, WorkerOptions, off_names
 from .published_cache import WorkingCopy
+from .script import Program
+from .setting_names import setting
 from .steps import StepCounter
 
 log = logging.getLogger("opentc_launcher")
@@ -156,6 +159,9 @@ class CompilerBackend(ABC):
     name: ClassVar[str]
     title: ClassVar[str]          # how the log calls it: "PyTorch/XLA", "torch.compile (TorchInductor)"
     compiles: ClassVar[bool] = True   # False for plain PyTorch (eager): not a compiler a job can choose
+    # What this backend turns on by default to cut compile time, by name, each with what it does in a few words; a
+    # launch leaves any of them off by name (WorkerOptions.defaults_off).
+    optional_defaults: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     def missing(self) -> str | None:
         """What this backend needs that is not installed here, in words (the xla backend in the inductor image), or
@@ -171,6 +177,19 @@ class CompilerBackend(ABC):
         """Why `world_size` workers cannot run as decided (the message, with what works instead, in the words of the
         front end that started the launch: setting_names), or None."""
         return None
+
+    def defaults_off_refusal(self, options: WorkerOptions, env: Mapping[str, str]) -> str | None:
+        """Why the defaults asked to stay off cannot be (a name this backend does not have), or None."""
+        unknown = [n for n in off_names(options.defaults_off) if n != ALL_DEFAULTS and n not in self.optional_defaults]
+        if not unknown:
+            return None
+        option = setting("--defaults-off", env)
+        named = ", ".join(repr(n) for n in unknown)
+        if not self.optional_defaults:
+            return (f"{option} names {named}, but {self.title} has no compile-time defaults to leave off: leave it "
+                    f"empty.")
+        return (f"{option} names {named}, which {self.title} does not have: use a comma-separated list of "
+                f"{', '.join(self.optional_defaults)}, or {ALL_DEFAULTS}.")
 
     def unsynchronized_warning(self, options: WorkerOptions, world_size: int) -> str | None:
         """The warning every process prints when the launch runs anyway with a known flaw, or None."""
@@ -195,7 +214,7 @@ class CompilerBackend(ABC):
         return [f"{self.title} on {options.device} ({gpu_count} GPU(s) on this host)"]
 
     @abstractmethod
-    def start(self, options: WorkerOptions, identity: WorkerIdentity,
-              environ: MutableMapping[str, str]) -> WorkerSession:
-        """In the worker, before the script: prepare this process (its own environment included) and return the
+    def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
+              program: Program) -> WorkerSession:
+        """In the worker, before `program` runs: prepare this process (its own environment included) and return the
         session the worker finishes after the script."""

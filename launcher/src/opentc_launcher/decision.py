@@ -36,7 +36,7 @@ def decide(options: WorkerOptions, world_size: int, env: Mapping[str, str], gpu_
         raise LaunchRefused(f"backend {options.backend} cannot run: {missing}. Use a backend this environment has "
                             f"(inductor, or eager for plain PyTorch), or an image that has {backend.title}.")
     decided = replace(options, device=backend.decide_device(options.device, env, gpu_count))
-    refusal = backend.multi_worker_refusal(decided, world_size, env)
+    refusal = backend.defaults_off_refusal(decided, env) or backend.multi_worker_refusal(decided, world_size, env)
     if refusal:
         raise LaunchRefused(refusal)
     return decided

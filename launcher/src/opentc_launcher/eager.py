@@ -10,6 +10,7 @@ from collections.abc import Mapping, MutableMapping
 from .backend import CompilerBackend, WorkerSession, cuda_or_cpu
 from .identity import WorkerIdentity
 from .options import WorkerOptions
+from .script import Program
 
 
 class EagerBackend(CompilerBackend):
@@ -24,8 +25,8 @@ class EagerBackend(CompilerBackend):
         # transformers and accelerate take the XLA device whenever torch_xla imports, unless told not to.
         return {"USE_TORCH_XLA": "0"}
 
-    def start(self, options: WorkerOptions, identity: WorkerIdentity,
-              environ: MutableMapping[str, str]) -> WorkerSession:
+    def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
+              program: Program) -> WorkerSession:
         session = WorkerSession(options, identity, f"rank{identity.rank}")
         session.start()
         return session

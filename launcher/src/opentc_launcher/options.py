@@ -15,6 +15,13 @@ DEVICES = ("auto", "cuda", "cpu", "tpu")
 # What to do with several XLA:CPU workers (xla only); the first is the default.
 CPU_MULTI_WORKER_POLICIES = ("refuse", "unsynchronized")
 DEFAULT_CPU_MULTI_WORKER = CPU_MULTI_WORKER_POLICIES[0]
+ALL_DEFAULTS = "all"   # --defaults-off all: every compile-time default of the backend off
+
+
+def off_names(text: str) -> tuple[str, ...]:
+    """The names in a --defaults-off value ("regional, vec-isa" reads as regional and vec_isa), in order, once."""
+    names = (part.strip().lower().replace("-", "_") for part in text.split(","))
+    return tuple(dict.fromkeys(name for name in names if name))
 
 
 @dataclass(frozen=True)
@@ -45,12 +52,20 @@ class WorkerOptions:
     # The GPUs on this host, as the outermost launcher counted them (gpus.visible_gpu_count), handed down so that every
     # process decides with the same count; -1: not counted yet, count here.
     gpu_count: int = -1
+    # The backend's compile-time defaults to leave off: names it declares (CompilerBackend.optional_defaults), comma
+    # separated, or "all"; empty: every default on.
+    defaults_off: str = ""
 
     def gpus(self) -> int:
         """The GPU count handed down, else this process's own."""
         from .gpus import visible_gpu_count
 
         return self.gpu_count if self.gpu_count >= 0 else visible_gpu_count()
+
+    def is_off(self, default: str) -> bool:
+        """Whether the backend's compile-time default `default` was asked to stay off."""
+        names = off_names(self.defaults_off)
+        return ALL_DEFAULTS in names or default in names
 
     def to_argv(self) -> list[str]:
         """The worker command-line options that reproduce these options."""

@@ -6,6 +6,17 @@ import ast
 import os
 import runpy
 import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Program:
+    """What a worker runs: a script file (or, with `module`, a module name as `python -m` takes it) and its
+    arguments."""
+
+    target: str
+    args: tuple[str, ...] = ()
+    module: bool = False
 
 
 def why_not_a_script(path: str) -> str | None:

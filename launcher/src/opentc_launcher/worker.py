@@ -33,7 +33,7 @@ from .process import (
     raise_terminated_on_stop,
 )
 from .registry import backend_named
-from .script import run_module, run_script, why_not_a_script
+from .script import Program, run_module, run_script, why_not_a_script
 
 log = logging.getLogger("opentc_launcher")
 
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         warning = unsynchronized_warning(options, identity.world_size)
         if warning:
             log.warning("rank %d: %s", identity.rank, warning)
-        session = backend.start(options, identity, os.environ)
+        program = Program(args.script, tuple(args.script_args), module=args.module)
+        session = backend.start(options, identity, os.environ, program)
     except (LaunchRefused, BadEnvironmentValue) as e:
         refuse(str(e))
     except Exception as e:  # noqa: BLE001  (torch_xla missing or broken, a runtime that does not start)

@@ -2,8 +2,9 @@
 files of the `train` channel with plain PyTorch/XLA (no Trainer).
 
 It follows Training Compiler's best practices: fixed-length blocks (static shapes, the last uneven batch
-dropped), the loss read back to the host only every --log_every steps, and the model moved to the CPU
-before saving. It runs unchanged without the compiler (plain PyTorch on CPU or CUDA) and on the Inductor
+dropped), the loss read back to the host only every --log_every steps, the model moved to the CPU before
+saving, and no key/value cache in training (use_cache false in tiny-gpt2.json, as the Trainer sets it: the
+cache serves generation, costs memory in training, and breaks the compiled graph on torch 2.7). It runs unchanged without the compiler (plain PyTorch on CPU or CUDA) and on the Inductor
 backend, where it compiles the model with torch.compile: a plain script has to, and it reads the backend from
 ACCELERATE_DYNAMO_BACKEND, the variable the toolkit sets for accelerate and the Trainer.
 """

@@ -1,5 +1,9 @@
 """A tiny training loop for the Inductor backend: compiled with torch.compile or not, with static or changing
-shapes, with or without a graph break in its forward. Writes its losses to loop_metrics.json."""
+shapes, with or without a graph break in its forward. Writes its losses to loop_metrics.json.
+
+--shapes changing: every batch size is a new graph (dynamic=False). --shapes varying: torch's default, a static
+graph first and then one with the batch dimension dynamic; the sizes come in the order LOOP_ORDER names (up, the
+default, or down), as data whose order changes from one job to the next without any argument changing."""
 
 import argparse
 import json
@@ -25,7 +29,7 @@ class Net(torch.nn.Module):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--compile", choices=["yes", "no"], default="yes")
-    p.add_argument("--shapes", choices=["static", "changing"], default="static")
+    p.add_argument("--shapes", choices=["static", "changing", "varying"], default="static")
     p.add_argument("--graph_break", choices=["yes", "no"], default="no")
     p.add_argument("--steps", type=int, default=6)
     args = p.parse_args()
@@ -33,11 +37,15 @@ def main():
     model = Net(args.graph_break == "yes")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     # dynamic=False: every new batch size is a new graph, as with a padding-free data pipeline.
-    step = torch.compile(model, dynamic=False) if args.compile == "yes" else model
+    dynamic = None if args.shapes == "varying" else False
+    step = torch.compile(model, dynamic=dynamic) if args.compile == "yes" else model
+    sizes = [8 + i for i in range(args.steps)]
+    if os.environ.get("LOOP_ORDER") == "down":
+        sizes.reverse()
     generator = torch.Generator().manual_seed(0)
     losses = []
     for i in range(args.steps):
-        rows = 8 if args.shapes == "static" else 4 + i
+        rows = {"static": 8, "changing": 4 + i, "varying": sizes[i]}[args.shapes]
         loss = step(torch.randn(rows, 32, generator=generator))
         loss.backward()
         optimizer.step()

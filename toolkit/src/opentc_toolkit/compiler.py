@@ -13,7 +13,7 @@ from opentc_launcher.backend import CompilerBackend
 from opentc_launcher.cuda_driver import XLA_IMAGE_VARIABLE
 from opentc_launcher.env_values import MAX_DIGITS, flag, whole_number
 from opentc_launcher.installed import default_compiler, why_default
-from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER
+from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER, off_names
 from opentc_launcher.registry import COMPILER_NAMES, backend_named
 from opentc_launcher.text import shown
 
@@ -28,6 +28,7 @@ CACHE_DIR = "sagemaker_training_compiler_cache_dir"
 MAX_COMPILATIONS = "sagemaker_training_compiler_max_compilations"
 LIBRARY_PATCHES = "sagemaker_training_compiler_library_patches"
 BACKEND = "sagemaker_training_compiler_backend"
+DEFAULTS_OFF = "sagemaker_training_compiler_defaults_off"
 
 # The launcher's words for a setting, as a SageMaker job sets it (opentc_launcher.setting_names): handed down to the
 # launcher and its workers, so their messages name the hyperparameter to change.
@@ -38,12 +39,15 @@ SETTING_NAMES = {
     "--cpu-multi-worker unsynchronized": f'hyperparameter {CPU_MULTI_WORKER}="unsynchronized"',
     "--library-patches false": f"{LIBRARY_PATCHES}=false",
     "--max-compilations": f"hyperparameter {MAX_COMPILATIONS}",
+    "--defaults-off": f"hyperparameter {DEFAULTS_OFF}",
+    "--defaults-off regional": f'{DEFAULTS_OFF}="regional"',
     "TORCH_LOGS=graph_breaks": f"debug mode ({DEBUG}=true)",
     "PT_XLA_DEBUG_LEVEL=1": f"debug mode ({DEBUG}=true)",
 }
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
-COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS, LIBRARY_PATCHES)
+COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS, LIBRARY_PATCHES,
+                 DEFAULTS_OFF)
 COMPILER_PREFIX = "sagemaker_training_compiler_"
 
 
@@ -78,6 +82,17 @@ def _whole_number(params: Mapping[str, Any], key: str, default: int) -> int:
     return number
 
 
+def _names(params: Mapping[str, Any], key: str) -> str:
+    """A comma-separated list of names (a JSON list of strings is accepted too); the launcher checks the names."""
+    value = params.get(key, "")
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = ",".join(value)
+    if not isinstance(value, str) or any(c in value for c in "\0\n"):
+        raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use a "
+                       f"comma-separated list of names, e.g. \"regional,vec_isa\", or \"all\".")
+    return ",".join(off_names(value))
+
+
 def _folder(params: Mapping[str, Any], key: str) -> str:
     value = params.get(key, "")
     if not isinstance(value, str) or (value and not os.path.isabs(value)):
@@ -100,6 +115,7 @@ class CompilerSettings:
     cache_dir: str = ""          # empty: the default under the checkpoints folder
     max_compilations: int = 0    # 0: no limit
     library_patches: bool = True  # opentc_launcher.xla.library_patches on XLA runs
+    defaults_off: str = ""       # the compiler's compile-time defaults to leave off (names, comma-separated)
 
     @property
     def backend_name(self) -> str:
@@ -129,6 +145,7 @@ class CompilerSettings:
             cache_dir=_folder(params, CACHE_DIR),
             max_compilations=_whole_number(params, MAX_COMPILATIONS, 0),
             library_patches=_boolean(params, LIBRARY_PATCHES, True),
+            defaults_off=_names(params, DEFAULTS_OFF),
         )
 
 

@@ -137,6 +137,7 @@ def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, e
             compile_cache_dir=cache_dir,
             max_compilations=settings.max_compilations,
             library_patches=settings.library_patches,
+            defaults_off=settings.defaults_off,
             gpu_count=job.num_gpus,
         )
     try:

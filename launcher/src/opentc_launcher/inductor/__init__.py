@@ -18,6 +18,8 @@ from ..cache_folders import cache_folder
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..published_cache import WorkingCopy
+from ..script import Program
+from .compile_time import OPTIONAL_DEFAULTS
 
 CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -35,6 +37,7 @@ LOGS_FILE = "torch_logs.txt"          # TORCH_LOGS_OUT: the graph-break and reco
 class InductorBackend(CompilerBackend):
     name = "inductor"
     title = "torch.compile (TorchInductor)"
+    optional_defaults = OPTIONAL_DEFAULTS
 
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
         return cuda_or_cpu(requested, gpu_count, "TorchInductor", env)
@@ -74,8 +77,8 @@ class InductorBackend(CompilerBackend):
 
         return render_commands(os.path.join(debug_dir, TRACE_FOLDER), os.path.join(debug_dir, "tlparse"))
 
-    def start(self, options: WorkerOptions, identity: WorkerIdentity,
-              environ: MutableMapping[str, str]) -> WorkerSession:
+    def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
+              program: Program) -> WorkerSession:
         from .session import InductorSession
 
-        return InductorSession.prepare(options, identity, environ)
+        return InductorSession.prepare(options, identity, environ, program)

@@ -35,9 +35,12 @@ from ..compile_report import (
 from ..files import unwritable
 from ..identity import WorkerIdentity, per_rank_files
 from ..options import WorkerOptions
+from ..script import Program
 from ..setting_names import setting
 from . import CACHE_VARIABLE, cache_folder_for
+from .compile_time import CompileTimeDefaults
 from .libcuda import driver_folders, linkable_libcuda
+from .per_layer import per_layer_finding
 
 log = logging.getLogger("opentc_launcher")
 
@@ -132,6 +135,7 @@ class InductorSession(WorkerSession):
 
     def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
         super().__init__(options, identity, process)
+        self.defaults = CompileTimeDefaults(options, process)
         self.timeline = CompileTimeline(options.warmup_steps)
         self.compile_seconds: list[float] = []
         self.cache: dict = {"dir": "", "mode": "torch's default (/tmp, gone with the container)"}
@@ -140,14 +144,16 @@ class InductorSession(WorkerSession):
         self._next_warning = RECOMPILATION_WARNING
 
     @classmethod
-    def prepare(cls, options: WorkerOptions, identity: WorkerIdentity,
-                environ: MutableMapping[str, str]) -> InductorSession:
+    def prepare(cls, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
+                program: Program) -> InductorSession:
         session = cls(options, identity, f"rank{identity.rank}")
         session._configure(environ)
+        session.defaults.configure(environ, identity, program, environ.get(CACHE_VARIABLE, ""))
         session.start()
         log.info("rank %d/%d: torch.compile (TorchInductor) ready on %s; Inductor cache %s (%s)", identity.rank,
                  identity.world_size, options.device, session.cache.get("working_dir") or session.cache["dir"] or "-",
                  session.cache["mode"])
+        log.info("rank %d: compile-time defaults: %s", identity.rank, session.defaults.log_line())
         return session
 
     def _configure(self, environ: MutableMapping[str, str]) -> None:
@@ -197,6 +203,7 @@ class InductorSession(WorkerSession):
     # -- while the script runs --------------------------------------------------------------------------------
     def _compile_started(self, *_args: Any) -> None:
         self._compiling_since = time.monotonic()
+        self.defaults.at_first_compile()
 
     def _compile_ended(self, *_args: Any) -> None:
         if self._compiling_since is not None:
@@ -252,6 +259,9 @@ class InductorSession(WorkerSession):
             reasons = "; ".join(f"{r['function']} ({r['reason']})" for r in recompilations[-3:])
             findings.append(Finding(recompiling.problem + (f" Dynamo's reasons: {reasons}." if reasons else ""),
                                     recompiling.fix))
+        per_layer = per_layer_finding(recompilations, self.defaults.whole_model_words())
+        if per_layer:
+            findings.append(per_layer)
         return CompileReport(
             process=self.process, rank=self.identity.rank, world_size=self.identity.world_size, backend="inductor",
             device=self.options.device, exit_code=exit_code, optimizer_steps=self.steps.steps,
@@ -272,6 +282,7 @@ class InductorSession(WorkerSession):
                 "graph_breaks": self.graph_breaks.listed(),
                 "recompilations": recompilations,
                 "counters_available": readable is not None,
+                "compile_time_defaults": dict(self.defaults.state),
             },
             activity=f"{captured} graph{'' if captured == 1 else 's'} captured",
             clean_means="no graph break or recompilation after warm-up",

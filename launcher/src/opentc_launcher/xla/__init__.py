@@ -14,6 +14,7 @@ from ..backend import CompilerBackend, LaunchRefused, WorkerSession, no_gpu_mess
 from ..identity import WorkerIdentity, per_rank_files
 from ..installed import has_module
 from ..options import WorkerOptions
+from ..script import Program
 from ..setting_names import setting
 
 # PJRT's names for the launch's devices.
@@ -130,8 +131,8 @@ class XlaBackend(CompilerBackend):
             notes.append(f"Found pre-existing configuration PJRT_DEVICE={env['PJRT_DEVICE']}: keeping it")
         return notes
 
-    def start(self, options: WorkerOptions, identity: WorkerIdentity,
-              environ: MutableMapping[str, str]) -> WorkerSession:
+    def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
+              program: Program) -> WorkerSession:
         from .session import XlaSession
 
         return XlaSession.prepare(options, identity, environ)

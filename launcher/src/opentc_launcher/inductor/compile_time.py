@@ -1,0 +1,197 @@
+"""What the Inductor backend turns on by default to cut compile time (docs/compile-time.md has what each saves).
+
+Each default is logged, left off by name (`--defaults-off NAME`; in a SageMaker job the hyperparameter
+sagemaker_training_compiler_defaults_off), and none overrides a variable the user set: the user's value is kept,
+and the default that would have set it stays out of the way.
+
+- regional: Trainer and Accelerate jobs compile each repeated block once (regional.py).
+- vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU (vec_isa.py).
+- job_id: TORCH_COMPILE_JOB_ID, keyed to the job's lineage (the script, its arguments, the world size and the
+  device), so that Dynamo keeps its profile of which dimensions vary from one job to the next, in the cache folder:
+  a warm job compiles the dynamic graphs at once instead of a static one first.
+- logging: transformers' once-only log calls (`logger.warning_once`, `logger.info_once`) inside compiled code are
+  skipped instead of breaking the graph (torch._dynamo.config.ignore_logger_methods).
+- warm_start: what a warm job pays before its first step without compiling anything. On CPUs, Inductor's compile
+  workers start when there is something to compile (TORCH_WARM_POOL=0), not at every start, where they take
+  the few cores from the script; on GPU instances, with cores to spare, torch's own warm-up stays. And the hashes
+  Inductor keys its caches by (of torch's and Triton's sources) are computed in the background as soon as the
+  script imports torch._dynamo, where torch offers it (torch 2.14: `prefetch()`), instead of at the first
+  compilation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import MutableMapping
+from types import MappingProxyType, ModuleType
+
+from ..after_import import when_imported
+from ..identity import WorkerIdentity
+from ..options import WorkerOptions
+from ..script import Program
+from ..setting_names import setting
+from . import regional, vec_isa
+
+log = logging.getLogger("opentc_launcher")
+
+OPTIONAL_DEFAULTS = MappingProxyType({
+    "regional": "Trainer and Accelerate jobs compile each repeated block once, shared by all blocks",
+    "vec_isa": "on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU",
+    "job_id": "Dynamo keeps its profile of the dimensions that vary, from one job of a lineage to the next",
+    "logging": "transformers' once-only log calls inside compiled code no longer break the graph",
+    "warm_start": "a warm job starts sooner: compile workers started only when needed on CPUs, cache keys hashed "
+                  "in the background",
+})
+WARM_POOL_VARIABLE = "TORCH_WARM_POOL"
+JOB_ID_VARIABLE = "TORCH_COMPILE_JOB_ID"
+ONCE_ONLY_LOG_CALLS = ("warning_once", "info_once")   # transformers adds them to logging.Logger
+
+
+def lineage_id(program: Program, world_size: int, device: str) -> str:
+    """The same id for the jobs of one lineage (the same script, arguments, world size and device: a re-run, a
+    restart), another for any other; torch keeps one shape profile per id and rank."""
+    digest = hashlib.sha256()
+    if program.module:
+        digest.update(b"module\0" + program.target.encode("utf-8", "surrogateescape"))
+    else:
+        try:
+            with open(program.target, "rb") as f:
+                digest.update(f.read())
+        except OSError:
+            digest.update(program.target.encode("utf-8", "surrogateescape"))
+    for arg in program.args:
+        digest.update(b"\0" + arg.encode("utf-8", "surrogateescape"))
+    digest.update(f"\0{world_size}\0{device}".encode())
+    return "opentc-" + digest.hexdigest()[:24]
+
+
+class CompileTimeDefaults:
+    """The defaults in one worker: the variables they set before the script, the library hooks they install, and
+    what they do at its first compilation."""
+
+    def __init__(self, options: WorkerOptions, process: str):
+        self.options = options
+        self.process = process
+        self.state: dict[str, str] = {}          # default -> what it does here (or why not), for the log and report
+        self._prove_in: str | None = None        # the cache folder to prove the vector check in, at first compile
+        self._vec_isa_key: dict[str, str] = {}
+        self._first_compile_done = False
+
+    def configure(self, environ: MutableMapping[str, str], identity: WorkerIdentity, program: Program,
+                  cache_folder: str) -> None:
+        """Before the script: set each default's variables in this process's environment, keeping the user's."""
+        for name in OPTIONAL_DEFAULTS:
+            if self.options.is_off(name):
+                self.state[name] = f"off ({setting('--defaults-off')})"
+        if "regional" not in self.state:
+            self._regional(environ)
+        if "vec_isa" not in self.state:
+            self._vec_isa(environ, cache_folder)
+        if "job_id" not in self.state:
+            self._set(environ, "job_id", JOB_ID_VARIABLE, lineage_id(program, identity.world_size, self.options.device))
+        if "warm_start" not in self.state:
+            self._warm_start(environ)
+        if "logging" not in self.state:
+            self.state["logging"] = "on: " + ", ".join(f"logger.{m}" for m in ONCE_ONLY_LOG_CALLS) + " skipped in " \
+                                    "compiled code"
+
+    def _set(self, environ: MutableMapping[str, str], default: str, variable: str, value: str) -> bool:
+        """Set `variable` for `default` unless the user set it; whether it was set."""
+        if variable in environ:
+            self.state[default] = f"the user's {variable}={environ[variable]} kept"
+            return False
+        environ[variable] = value
+        self.state[default] = f"on: {variable}={value}"
+        return True
+
+    def _regional(self, environ: MutableMapping[str, str]) -> None:
+        if self._set(environ, "regional", regional.VARIABLE, "true"):
+            when_imported("accelerate.accelerator", self._refine_accelerate)
+
+    def _refine_accelerate(self, accelerator: ModuleType) -> None:
+        if not regional.patch_accelerator(accelerator):
+            log.info("%s: this accelerate has no compile_regions to refine: its own regional compilation runs",
+                     self.process)
+
+    def _warm_start(self, environ: MutableMapping[str, str]) -> None:
+        prefetch = "cache keys hashed in the background where torch can"
+        if self.options.device == "cpu" and WARM_POOL_VARIABLE not in environ:
+            environ[WARM_POOL_VARIABLE] = "0"
+            self.state["warm_start"] = f"on: {WARM_POOL_VARIABLE}=0; {prefetch}"
+        elif self.options.device == "cpu":
+            self.state["warm_start"] = (f"the user's {WARM_POOL_VARIABLE}={environ[WARM_POOL_VARIABLE]} kept; "
+                                        f"{prefetch}")
+        else:
+            self.state["warm_start"] = f"on: {prefetch}"
+        when_imported("torch._dynamo", self._prefetch_cache_keys)
+
+    def _prefetch_cache_keys(self, _dynamo: ModuleType) -> None:
+        try:
+            from torch._inductor import codecache
+
+            for key in (getattr(codecache, "torch_key", None), getattr(codecache, "triton_key", None)):
+                prefetch = getattr(key, "prefetch", None)
+                if callable(prefetch):
+                    prefetch()
+        except Exception as e:  # noqa: BLE001  (private torch internals: the keys are computed when needed)
+            log.debug("%s: cache keys not prefetched (%s: %s)", self.process, type(e).__name__, e)
+
+    def _vec_isa(self, environ: MutableMapping[str, str], cache_folder: str) -> None:
+        if self.options.device != "cpu":
+            self.state["vec_isa"] = "not needed: no CPU kernels on " + self.options.device
+            return
+        if vec_isa.VARIABLE in environ:
+            self.state["vec_isa"] = f"the user's {vec_isa.VARIABLE}={environ[vec_isa.VARIABLE]} kept"
+            return
+        if not cache_folder:
+            self.state["vec_isa"] = "not used: no cache folder to keep the check's proof in"
+            return
+        key = vec_isa.machine_key(environ)
+        found = vec_isa.proven(cache_folder, key)
+        if found:
+            environ[vec_isa.VARIABLE] = "1"
+            self.state["vec_isa"] = f"on: {vec_isa.VARIABLE}=1 (proven for this torch, compiler and CPU)"
+        elif found is False:
+            self.state["vec_isa"] = "not used: a set the CPU reports failed torch's check here, so it keeps checking"
+        else:
+            self._prove_in, self._vec_isa_key = cache_folder, key
+            self.state["vec_isa"] = "on: torch's check runs once, at the first compilation, and its proof is kept"
+
+    def at_first_compile(self) -> None:
+        """At the start of the process's first compilation, before Inductor computes any cache key."""
+        if self._first_compile_done:
+            return
+        self._first_compile_done = True
+        if self._prove_in is not None:
+            try:
+                holds = vec_isa.prove(self._prove_in, self._vec_isa_key)
+            except Exception as e:  # noqa: BLE001  (private torch internals: torch's own check runs instead)
+                holds = False
+                log.warning("%s: could not prove the vector-instruction check (%s: %s): torch's check runs as usual",
+                            self.process, type(e).__name__, e)
+            self.state["vec_isa"] = ("on: proven at the first compilation, the proof kept for later jobs" if holds
+                                     else "not used: a set the CPU reports failed torch's check")
+        if "logging" in self.state and self.state["logging"].startswith("on"):
+            self._skip_once_only_log_calls()
+
+    def _skip_once_only_log_calls(self) -> None:
+        try:
+            import torch._dynamo.config as dynamo_config
+
+            methods = [getattr(logging.Logger, m) for m in ONCE_ONLY_LOG_CALLS if hasattr(logging.Logger, m)]
+            dynamo_config.ignore_logger_methods.update(methods)
+        except Exception as e:  # noqa: BLE001  (a private config: the graph breaks stay, as before)
+            log.warning("%s: once-only log calls still break graphs (%s: %s)", self.process, type(e).__name__, e)
+
+    def whole_model_words(self) -> str:
+        """How this job compiles the whole model instead of each block, in words (for a finding's fix)."""
+        state = self.state.get("regional", "")
+        if state.startswith("on"):
+            return f"compile the whole model ({setting('--defaults-off regional')})"
+        if state.startswith("the user's"):
+            return f"compile the whole model ({regional.VARIABLE}=false)"
+        return "compile the whole model instead of each block"
+
+    def log_line(self) -> str:
+        return "; ".join(f"{name}: {what}" for name, what in self.state.items())

@@ -1,0 +1,99 @@
+"""Inductor's check of the CPU's vector instructions, run once per torch, C++ compiler and CPU, and skipped after.
+
+Before Inductor uses a vector instruction set on a CPU, it builds a test library for each set the CPU reports and
+loads it in a fresh Python process (torch/_inductor/cpu_vec_isa.py), again in every process: on torch 2.7 two
+subprocesses that each import torch, about 4 s of a warm job. TORCHINDUCTOR_VEC_ISA_OK=1 skips the check, but a
+compiler that cannot build a reported set then fails instead of falling back. So the first job runs torch's own
+check (at its first compilation, where it would have run anyway) and keeps what it found, the proof, in the
+Inductor cache folder; a later job on the same torch, compiler and CPU skips the check when every reported set
+passed. The setting is part of Inductor's cache key: the first job sets it as soon as the proof holds, before
+anything is compiled, so a warm job with the check skipped finds the kernels the cold one compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as metadata
+import json
+import logging
+import os
+import platform
+import shutil
+from collections.abc import Mapping
+
+from ..files import write_json
+
+log = logging.getLogger("opentc_launcher")
+
+VARIABLE = "TORCHINDUCTOR_VEC_ISA_OK"
+PROOF_FILE = "opentc-vec-isa.json"
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags as the kernel lists them (the first processor's), or its architecture alone."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features", "features")):
+                    return line.split(":", 1)[-1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _compiler(env: Mapping[str, str]) -> str:
+    """The C++ compiler Inductor runs (CXX, else g++), as a resolved path and its size: another compiler, or
+    another version installed under the same name, is another machine."""
+    name = env.get("CXX") or "g++"
+    found = shutil.which(name, path=env.get("PATH"))
+    if not found:
+        return f"{name} (not found)"
+    real = os.path.realpath(found)
+    try:
+        return f"{real} ({os.stat(real).st_size} bytes)"
+    except OSError:
+        return real
+
+
+def machine_key(env: Mapping[str, str]) -> dict[str, str]:
+    """What a proof holds for: this torch, this C++ compiler and this CPU (read without importing torch)."""
+    flags = _cpu_flags()
+    return {"torch": metadata.version("torch"), "compiler": _compiler(env),
+            "cpu": f"{platform.machine()} " + hashlib.sha256(flags.encode()).hexdigest()[:16]}
+
+
+def proven(folder: str, key: Mapping[str, str]) -> bool | None:
+    """True when `folder` holds a proof for `key` that every set the CPU reports passed; False when the proof says
+    one failed (the check must keep running); None when there is no proof for this machine."""
+    try:
+        with open(os.path.join(folder, PROOF_FILE), encoding="utf-8") as f:
+            proof = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(proof, dict) or proof.get("key") != dict(key):
+        return None
+    return proof.get("proven") is True
+
+
+def prove(folder: str, key: Mapping[str, str]) -> bool:
+    """In a worker, before its first compilation: run torch's own check, keep the proof in `folder`, and skip the
+    check for the rest of this process when it holds. Returns whether it holds."""
+    from torch._inductor import config, cpu_vec_isa
+
+    checked = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]   # torch's check: builds and loads each set
+    before = config.cpp.vec_isa_ok
+    config.cpp.vec_isa_ok = True
+    try:   # what Inductor would use with the check skipped: every set the CPU reports
+        reported = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
+    finally:
+        config.cpp.vec_isa_ok = before
+    holds = bool(reported) and checked == reported
+    try:
+        write_json(os.path.join(folder, PROOF_FILE),
+                   {"key": dict(key), "reported": reported, "passed": checked, "proven": holds}, indent=1)
+    except OSError as e:
+        log.warning("the vector-instruction check's proof could not be kept in %s (%s): the next job checks again",
+                    folder, e)
+    if holds:
+        config.cpp.vec_isa_ok = True
+    return holds

@@ -1,0 +1,225 @@
+"""The Inductor backend's compile-time defaults, their names and switches, in pure functions and one worker's
+environment (no compilation here: tests/test_compile_time.py runs them in real jobs).
+
+The recompile reasons below are Dynamo's own words, copied from runs of accelerate's compile_regions on a GPT-2
+with use_cache=True on torch 2.7 and 2.14 (docs/compile-time.md)."""
+
+import json
+
+import pytest
+
+from opentc_launcher.backend import LaunchRefused
+from opentc_launcher.decision import decide
+from opentc_launcher.identity import WorkerIdentity
+from opentc_launcher.inductor import vec_isa
+from opentc_launcher.inductor.compile_time import OPTIONAL_DEFAULTS, CompileTimeDefaults, lineage_id
+from opentc_launcher.inductor.per_layer import per_layer_finding
+from opentc_launcher.options import WorkerOptions, off_names
+from opentc_launcher.script import Program
+from opentc_toolkit.compiler import DEFAULTS_OFF, CompilerSettings
+from opentc_toolkit.job import decode_hyperparameters
+from opentc_toolkit.not_started import BadInput
+from opentc_toolkit.plan import with_setting_names
+
+ONE = WorkerIdentity(rank=0, local_rank=0, world_size=1, local_world_size=1)
+
+
+def test_names_are_read_leniently_and_once():
+    assert off_names(" Regional, vec-isa,,regional ") == ("regional", "vec_isa")
+    assert off_names("") == ()
+    options = WorkerOptions(backend="inductor", defaults_off="vec-isa")
+    assert options.is_off("vec_isa") and not options.is_off("regional")
+    assert all(WorkerOptions(backend="inductor", defaults_off="all").is_off(name) for name in OPTIONAL_DEFAULTS)
+
+
+@pytest.mark.parametrize(("backend", "names", "expected"), [
+    ("inductor", "regional,fast", "--defaults-off names 'fast', which torch.compile (TorchInductor) does not have: "
+                                  "use a comma-separated list of regional, vec_isa, job_id, logging, warm_start, "
+                                  "or all."),
+    ("eager", "regional", "--defaults-off names 'regional', but plain PyTorch (no compiler) has no compile-time "
+                          "defaults to leave off"),
+])
+def test_a_name_the_backend_does_not_have_is_refused(backend, names, expected):
+    with pytest.raises(LaunchRefused) as refused:
+        decide(WorkerOptions(backend=backend, device="cpu", defaults_off=names), 1, {}, 0)
+    assert str(refused.value).startswith(expected), str(refused.value)
+    assert decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="all"), 1, {}, 0).defaults_off == "all"
+
+
+def test_the_hyperparameter_is_named_in_a_sagemaker_job():
+    settings = CompilerSettings.from_hyperparameters(decode_hyperparameters(
+        {DEFAULTS_OFF: '"vec_isa, Job-Id"'}))
+    assert settings.defaults_off == "vec_isa,job_id"
+    listed = CompilerSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: '["regional"]'}))
+    assert listed.defaults_off == "regional"
+    with pytest.raises(LaunchRefused, match=f"^hyperparameter {DEFAULTS_OFF} names 'fast', which"):
+        decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="fast"), 1, with_setting_names({}), 0)
+    with pytest.raises(BadInput, match=f"hyperparameter {DEFAULTS_OFF} has the value 3, which is not accepted"):
+        CompilerSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: "3"}))
+
+
+def test_the_lineage_id_is_the_same_for_a_rerun_and_another_for_anything_else(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('v1')\n")
+    base = lineage_id(Program(str(script), ("--lr", "0.1")), 2, "cpu")
+    assert base == lineage_id(Program(str(script), ("--lr", "0.1")), 2, "cpu")
+    assert base.startswith("opentc-") and ":" not in base           # torch reserves "mast:" ids
+    others = {lineage_id(Program(str(script), ("--lr", "0.2")), 2, "cpu"),
+              lineage_id(Program(str(script), ("--lr", "0.1")), 4, "cpu"),
+              lineage_id(Program(str(script), ("--lr", "0.1")), 2, "cuda")}
+    script.write_text("print('v2')\n")
+    others.add(lineage_id(Program(str(script), ("--lr", "0.1")), 2, "cpu"))
+    assert base not in others and len(others) == 4
+
+
+def configured(tmp_path, environ, **options):
+    defaults = CompileTimeDefaults(WorkerOptions(backend="inductor", **{"device": "cpu", **options}), "rank0")
+    script = tmp_path / "train.py"
+    script.write_text("")
+    defaults.configure(environ, ONE, Program(str(script)), environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
+    return defaults
+
+
+def test_each_default_sets_its_variable_and_keeps_the_users(tmp_path):
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    defaults = configured(tmp_path, environ)
+    assert environ["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] == "true"
+    assert environ["TORCH_COMPILE_JOB_ID"].startswith("opentc-")
+    assert environ["TORCH_WARM_POOL"] == "0"                        # on a CPU
+    assert "TORCHINDUCTOR_VEC_ISA_OK" not in environ                # no proof yet: torch's check runs, once
+    assert defaults.state["vec_isa"].startswith("on: torch's check runs once")
+    assert all(defaults.state[name].startswith("on") for name in OPTIONAL_DEFAULTS), defaults.state
+
+    users = {"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "false", "TORCH_COMPILE_JOB_ID": "mine",
+             "TORCHINDUCTOR_VEC_ISA_OK": "0", "TORCH_WARM_POOL": "1",
+             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    environ = dict(users)
+    defaults = configured(tmp_path, environ)
+    assert environ == users
+    assert defaults.state["regional"] == "the user's ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=false kept"
+    assert defaults.state["job_id"] == "the user's TORCH_COMPILE_JOB_ID=mine kept"
+    assert defaults.state["vec_isa"] == "the user's TORCHINDUCTOR_VEC_ISA_OK=0 kept"
+    assert defaults.state["warm_start"].startswith("the user's TORCH_WARM_POOL=1 kept")
+    assert defaults.whole_model_words() == "compile the whole model (ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=false)"
+
+
+def test_defaults_left_off_set_nothing(tmp_path):
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    defaults = configured(tmp_path, environ, defaults_off="all")
+    assert environ == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    assert set(defaults.state.values()) == {"off (--defaults-off)"}
+    environ = {}
+    configured(tmp_path, environ, defaults_off="regional,job_id")
+    assert "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION" not in environ and "TORCH_COMPILE_JOB_ID" not in environ
+
+
+def test_the_vector_check_is_skipped_only_on_a_proof_for_this_machine(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key = vec_isa.machine_key({"PATH": "/usr/bin:/bin"})
+    proof = {"key": key, "reported": ["avx512", "avx2"], "passed": ["avx512", "avx2"], "proven": True}
+    (cache / vec_isa.PROOF_FILE).write_text(json.dumps(proof))
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    assert configured(tmp_path, environ).state["vec_isa"].startswith("on: TORCHINDUCTOR_VEC_ISA_OK=1 (proven")
+    assert environ["TORCHINDUCTOR_VEC_ISA_OK"] == "1"
+
+    for other in ({**key, "cpu": "x86_64 0000000000000000"}, {**key, "torch": "0.0.1"},
+                  {**key, "compiler": "/opt/other/g++ (1 bytes)"}):
+        (cache / vec_isa.PROOF_FILE).write_text(json.dumps({**proof, "key": other}))
+        environ = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+        configured(tmp_path, environ)
+        assert "TORCHINDUCTOR_VEC_ISA_OK" not in environ, other      # another machine: torch checks
+
+    (cache / vec_isa.PROOF_FILE).write_text(json.dumps({**proof, "passed": ["avx2"], "proven": False}))
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    assert configured(tmp_path, environ).state["vec_isa"].startswith("not used: a set the CPU reports failed")
+    assert "TORCHINDUCTOR_VEC_ISA_OK" not in environ
+
+    assert configured(tmp_path, {}).state["vec_isa"] == "not used: no cache folder to keep the check's proof in"
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    gpu = configured(tmp_path, environ, device="cuda")
+    assert gpu.state["vec_isa"] == "not needed: no CPU kernels on cuda"
+    assert "TORCH_WARM_POOL" not in environ                           # cores to spare: torch's own warm-up
+
+
+TORCH_27 = [f"1/{i}: ___check_obj_id(args[1].layers[{i}].is_initialized, 139909010845472)" for i in range(7)]
+TORCH_214 = [f"1/{i}: args[1].layers[{i}].is_initialized == False                # if not self.is_initialized:  "
+             f"# transformers/cache_utils.py:132 in update\nUser stack trace:\n  File \"modeling_layers.py\"..."
+             for i in range(7)]
+
+
+@pytest.mark.parametrize("reasons", [TORCH_27, TORCH_214, TORCH_214[:1]], ids=["torch 2.7", "torch 2.14", "2 layers"])
+def test_a_block_recompiled_once_per_layer_is_named_with_the_cache_fix(reasons):
+    listed = [{"function": "__call__", "where": "transformers/modeling_layers.py:82", "reason": r} for r in reasons]
+    finding = per_layer_finding(listed, "compile the whole model (X)")
+    assert finding is not None
+    assert finding.problem.startswith(f"__call__ (transformers/modeling_layers.py:82) was compiled again for each "
+                                      f"layer ({len(reasons)} recompilations"), finding.problem
+    assert ("past torch's recompile limit (8) the remaining layers run uncompiled" in finding.problem) == \
+        (len(reasons) == 7)
+    assert finding.fix.startswith("the model builds a per-layer cache in training: set model.config.use_cache = "
+                                  "False") and finding.fix.endswith("or compile the whole model (X)")
+
+
+def test_recompilations_for_other_reasons_are_not_called_per_layer():
+    shapes = [{"function": "forward", "where": "loop.py:10",
+               "reason": f"0/{i}: tensor 'L['x']' size mismatch at index 0. expected {8 + i}, actual {9 + i}"}
+              for i in range(4)]
+    assert per_layer_finding(shapes, "-") is None
+    one_index = [{"function": "forward", "where": "m.py:3", "reason": "0/1: L['self'].blocks[1].scale == 2"}]
+    assert per_layer_finding(one_index, "-") is None                   # one, and not about a cache: unknown
+    two = [{"function": "forward", "where": "m.py:3", "reason": f"0/{i}: L['self'].blocks[{i}].scale == 2"}
+           for i in (1, 2)]
+    finding = per_layer_finding(two, "compile the whole model (Y)")
+    assert finding is not None and finding.fix.startswith("keep per-layer values (an index, a flag) out of")
+
+
+def test_regional_compilation_compiles_blocks_in_place_and_leaves_single_layers_eager():
+    """torch.compile is lazy: nothing compiles here, but what would be compiled is set."""
+    import torch
+    from accelerate.utils import compile_regions
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    from opentc_launcher.inductor.regional import builds_per_layer_cache, compile_blocks
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mix = torch.nn.Linear(8, 8)
+            self.norm = torch.nn.LayerNorm(8)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 8)
+            self.blocks = torch.nn.ModuleList(Block() for _ in range(4))
+            self.head = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+            self.out = torch.nn.Linear(8, 10)
+
+    def compiled(module):
+        return getattr(module, "_compiled_call_impl", None) is not None
+
+    names = sorted(Net().state_dict())
+    stock = compile_regions(Net())          # accelerate's own: a copy with compiled wrappers, names changed
+    assert isinstance(stock.out, OptimizedModule) and sorted(stock.state_dict()) != names
+
+    model = Net()
+    assert compile_blocks(model) is model                                # the model itself, in place
+    assert sorted(model.state_dict()) == names                          # save_pretrained finds its own names
+    assert all(compiled(block) for block in model.blocks) and compiled(model.head)
+    assert not compiled(model.out) and not compiled(model.embed) and not compiled(model)   # single layers: eager
+    assert type(model.blocks[0]) is Block
+
+    class Config:
+        use_cache = True
+
+    cached = Net()
+    cached.config = Config()
+    assert builds_per_layer_cache(cached)
+    whole = compile_blocks(cached)
+    assert isinstance(whole, OptimizedModule) and whole._orig_mod is cached
+    assert not any(compiled(m) for m in cached.modules())
+    Config.use_cache = False
+    assert not builds_per_layer_cache(cached)
+    flat = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))   # no repeated blocks: whole
+    assert isinstance(compile_blocks(flat), OptimizedModule)
