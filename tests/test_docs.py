@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from opentc_toolkit.compiler import COMPILER_KEYS, MULTI_WORKER
+from opentc_toolkit.compiler import COMPILER_KEYS
+from opentc_toolkit.distributions import INSTANCE_TYPE, REFUSED, SEVERAL_WORKERS
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "RESULTS.md"]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -67,7 +68,7 @@ def table_names(page: Path, prefix: str) -> set[str]:
 
 def test_the_hyperparameters_documented_are_the_ones_the_toolkit_reads():
     documented = table_names(VARIABLES_PAGE, "sagemaker_") - {"sagemaker_program", "sagemaker_submit_directory"}
-    assert documented == {*COMPILER_KEYS, MULTI_WORKER}
+    assert documented == {*COMPILER_KEYS, *SEVERAL_WORKERS, INSTANCE_TYPE, *REFUSED}
 
 
 def test_the_opentc_variables_documented_are_the_ones_the_code_reads():

@@ -44,12 +44,15 @@ def test_torchrun_with_multi_worker_starts_the_workers_it_asks_for(make_job):
     assert [r["WORLD_SIZE"] for r in reports] == ["2", "2"] and all(r["all_reduce_sum"] == 3.0 for r in reports)
 
 
-def test_torchrun_without_multi_worker_is_refused_with_the_recipe(make_job):
+def test_torchrun_alone_starts_the_workers_through_the_launcher(make_job):
+    """Torchrun() is the SDK v3's way to ask for one worker per GPU: honoured as it is, no other hyperparameter."""
     job = v3_job(make_job, "report_env.py", {"process_count_per_node": 2, "smp": None})
     result = run_train(job)
-    assert result.returncode == 2, result.output[-3000:]
-    assert job.failure.startswith("Training not started: ModelTrainer(distributed=Torchrun(...)) asks for several "
-                                  "workers"), job.failure
+    assert result.returncode == 0, result.output[-3000:]
+    assert "launching 2 worker(s) on this host (node 0 of 1, rendezvous on 127.0.0.1; asked by " \
+           "ModelTrainer(distributed=Torchrun()))" in result.output
+    reports = [json.loads((job.model / f"env-rank{rank}.json").read_text()) for rank in range(2)]
+    assert [r["WORLD_SIZE"] for r in reports] == ["2", "2"] and all(r["all_reduce_sum"] == 3.0 for r in reports)
 
 
 def test_a_worker_count_that_is_no_whole_number_is_refused(make_job):

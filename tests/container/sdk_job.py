@@ -1,10 +1,12 @@
 """One SageMaker Python SDK local-mode job against an image, fully offline; run with an SDK venv's python.
 
     .venv-sdk2/bin/python sdk_job.py v2 IMAGE ROOT --source DIR --entry-script train.py [--channel train=DIR]
+                                     [--distribution JSON]
     .venv-sdk3/bin/python sdk_job.py v3 IMAGE ROOT --source DIR (--entry-script F | --command C) [--torchrun N]
                                      [--hp key=json ...] [--env K=V ...] [--channel name=DIR ...] [--no-source]
 
-v2 is `sagemaker.estimator.Estimator(image_uri=..., instance_type="local")`, v3 is
+v2 is `sagemaker.estimator.Estimator(image_uri=..., instance_type="local")` (with --distribution, the SDK's
+`sagemaker.pytorch.PyTorch`, which turns `distribution=` into hyperparameters), v3 is
 `ModelTrainer(training_mode=Mode.LOCAL_CONTAINER)`, as docs/sagemaker.md's recipes use them. Offline: a region, no
 instance-metadata lookups, the SDK's telemetry off, local code and file:// data; no AWS call is made. Writes
 ROOT/result.json: {"raised": the exception's text or null}; the SDK raises when the container exits non-zero.
@@ -25,6 +27,7 @@ p.add_argument("--source")
 p.add_argument("--entry-script")
 p.add_argument("--command")
 p.add_argument("--torchrun", type=int)
+p.add_argument("--distribution", help="v2: a JSON object for PyTorch(distribution=...), the SDK's PyTorch estimator")
 p.add_argument("--hp", action="append", default=[])
 p.add_argument("--env", action="append", default=[])
 p.add_argument("--channel", action="append", default=[])
@@ -53,8 +56,13 @@ try:
         session = LocalSession()
         session.config = {"local": {"local_code": True, "container_root": os.path.join(root, "tmp")}}
         os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
-        estimator = Estimator(
-            image_uri=args.image, role="arn:aws:iam::111111111111:role/local", instance_type="local",
+        from sagemaker.pytorch import PyTorch
+
+        kind, extra = (Estimator, {})
+        if args.distribution:
+            kind, extra = PyTorch, {"distribution": json.loads(args.distribution)}
+        estimator = kind(
+            **extra, image_uri=args.image, role="arn:aws:iam::111111111111:role/local", instance_type="local",
             instance_count=1, entry_point=args.entry_script, source_dir=args.source,
             hyperparameters=hyperparameters, environment=environment, output_path=f"file://{root}/out",
             sagemaker_session=session)

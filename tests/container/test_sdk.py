@@ -80,6 +80,32 @@ def test_v2_estimator_trains_the_sample_with_the_compiler(image, tmp_path):
         assert "model.safetensors" in model.getnames()
 
 
+def test_v2_torch_distributed_runs_one_worker_per_gpu_through_the_launcher(image, tmp_path):
+    """The SDK v2's usual way to ask AWS's PyTorch containers for torchrun (sagemaker.pytorch.PyTorch), honoured:
+    no GPU here, so OPENTC_WORKERS_PER_HOST stands in for the GPU count, as on a CPU instance."""
+    root = tmp_path / "v2"
+    raised, out = run_sdk("v2", image, root, "--source", str(source(tmp_path, "report_env.py")),
+                          "--entry-script", "report_env.py",
+                          "--distribution", '{"torch_distributed": {"enabled": true}}',
+                          "--env", "OPENTC_WORKERS_PER_HOST=2", *hp(tag="x y"))
+    assert raised is None, out[-4000:]
+    assert "asked by sagemaker_torch_distributed_enabled" in out
+    with tarfile.open(root / "out" / "model.tar.gz") as model:
+        reports = [json.load(model.extractfile(f"env-rank{rank}.json")) for rank in range(2)]
+    assert [(r["RANK"], r["WORLD_SIZE"]) for r in reports] == [("0", "2"), ("1", "2")]
+    assert all(r["argv"] == ["--tag", "x y"] and r["all_reduce_sum"] == 3.0 for r in reports)
+
+
+def test_v2_mpi_distribution_is_refused_naming_torch_distributed(image, tmp_path):
+    root = tmp_path / "v2"
+    raised, out = run_sdk("v2", image, root, "--source", str(source(tmp_path, "report_env.py")),
+                          "--entry-script", "report_env.py",
+                          "--distribution", '{"mpi": {"enabled": true, "processes_per_host": 2}}')
+    assert raised is not None, out[-4000:]
+    assert "hyperparameter sagemaker_mpi_enabled=true asks for distribution={\"mpi\": ...}" in out, out[-4000:]
+    assert 'Use distribution={"torch_distributed": {"enabled": True}}' in out
+
+
 def test_v3_entry_script_runs_through_train_with_the_compiler(image, tmp_path):
     root = tmp_path / "v3"
     raised, out = run_sdk("v3", image, root, "--source", str(source(tmp_path, "strict_args.py")),
@@ -109,14 +135,17 @@ def test_v3_torchrun_with_multi_worker_runs_the_workers_through_the_launcher(ima
     assert all(r["argv"] == ["--tag", "x y"] and r["all_reduce_sum"] == 3.0 for r in reports)
 
 
-def test_v3_torchrun_without_multi_worker_is_refused_with_the_recipe(image, tmp_path):
+def test_v3_torchrun_alone_runs_the_workers_through_the_launcher(image, tmp_path):
     root = tmp_path / "v3"
     raised, out = run_sdk("v3", image, root, "--source", str(source(tmp_path, "report_env.py")),
                           "--entry-script", "report_env.py", "--torchrun", "2",
-                          *hp(sagemaker_training_compiler_enabled=True))
-    assert raised is not None and "exited with code: 2" in raised, out[-4000:]
-    assert "ModelTrainer(distributed=Torchrun(...)) asks for several workers" in out
-    assert "sagemaker_pytorch_xla_multi_worker_enabled=True" in out
+                          *hp(sagemaker_training_compiler_enabled=True,
+                              sagemaker_training_compiler_cpu_multi_worker="unsynchronized"))
+    assert raised is None, out[-4000:]
+    assert "asked by ModelTrainer(distributed=Torchrun())" in out
+    with v3_artifact(root, "model.tar.gz") as model:
+        reports = [json.load(model.extractfile(f"env-rank{rank}.json")) for rank in range(2)]
+    assert [(r["RANK"], r["WORLD_SIZE"]) for r in reports] == [("0", "2"), ("1", "2")]
 
 
 def test_v3_code_in_a_channel_runs_train_and_never_reports_an_empty_success(image, tmp_path):

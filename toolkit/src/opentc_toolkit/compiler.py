@@ -17,11 +17,12 @@ from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI
 from opentc_launcher.registry import COMPILER_NAMES, backend_named
 from opentc_launcher.text import shown
 
+from .distributions import XLA_MULTI_WORKER, read_distribution
 from .not_started import BadInput
 
 ENABLED = "sagemaker_training_compiler_enabled"
 DEBUG = "sagemaker_training_compiler_debug_mode"
-MULTI_WORKER = "sagemaker_pytorch_xla_multi_worker_enabled"
+MULTI_WORKER = XLA_MULTI_WORKER
 CPU_MULTI_WORKER = "sagemaker_training_compiler_cpu_multi_worker"
 CACHE = "sagemaker_training_compiler_cache"
 CACHE_DIR = "sagemaker_training_compiler_cache_dir"
@@ -33,7 +34,7 @@ DEFAULTS_OFF = "sagemaker_training_compiler_defaults_off"
 # The launcher's words for a setting, as a SageMaker job sets it (opentc_launcher.setting_names): handed down to the
 # launcher and its workers, so their messages name the hyperparameter to change.
 SETTING_NAMES = {
-    "--nproc-per-node 1": f"{MULTI_WORKER}=false",
+    "--nproc-per-node 1": f"{MULTI_WORKER}=false",   # or the key that asked for the workers: setting_names()
     "--backend eager": f"{ENABLED}=false",
     "--backend inductor": f'{BACKEND}="inductor"',
     "--cpu-multi-worker unsynchronized": f'hyperparameter {CPU_MULTI_WORKER}="unsynchronized"',
@@ -110,6 +111,7 @@ class CompilerSettings:
     compiler_named: bool = False  # whether the job named it; else it is this image's default
     debug: bool = False
     multi_worker: bool = False
+    multi_worker_key: str = MULTI_WORKER   # what asked for several workers (distributions.py), for messages
     cpu_multi_worker: str = DEFAULT_CPU_MULTI_WORKER
     cache: bool = True
     cache_dir: str = ""          # empty: the default under the checkpoints folder
@@ -128,18 +130,23 @@ class CompilerSettings:
         return backend_named(self.backend_name)
 
     @classmethod
-    def from_hyperparameters(cls, params: Mapping[str, Any]) -> CompilerSettings:
+    def from_hyperparameters(cls, params: Mapping[str, Any],
+                             script_params: Mapping[str, Any] = MappingProxyType({})) -> CompilerSettings:
+        """From the job's sagemaker_* hyperparameters (`params`); `script_params`, the script's own, show a
+        distribution the SDK sends outside that namespace (distributions.py)."""
+        distribution = read_distribution(params, script_params)
         unknown = sorted(k for k in params if k.startswith(COMPILER_PREFIX) and k not in COMPILER_KEYS)
         if unknown:
             raise BadInput(f"unknown hyperparameter {unknown[0]}: the Training Compiler accepts "
-                                 + ", ".join(COMPILER_KEYS) + f" and {MULTI_WORKER}.")
+                                 + ", ".join(COMPILER_KEYS) + ".")
         return cls(
             enabled=_boolean(params, ENABLED, False),
             # Unset: the image's own compiler (xla where torch-xla is installed, else inductor).
             compiler_name=_choice(params, BACKEND, COMPILER_NAMES, default_compiler()),
             compiler_named=BACKEND in params,
             debug=_boolean(params, DEBUG, False),
-            multi_worker=_boolean(params, MULTI_WORKER, False),
+            multi_worker=distribution.several_workers,
+            multi_worker_key=distribution.asked_by,
             cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER),
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),
@@ -148,6 +155,10 @@ class CompilerSettings:
             defaults_off=_names(params, DEFAULTS_OFF),
         )
 
+
+    def setting_names(self) -> dict[str, str]:
+        """SETTING_NAMES, with the key that asked for several workers as the one to turn them off."""
+        return {**SETTING_NAMES, "--nproc-per-node 1": f"{self.multi_worker_key}=false"}
 
     def backend_note(self) -> str:
         """How the compiler was chosen, for the log."""

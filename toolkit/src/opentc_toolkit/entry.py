@@ -27,6 +27,7 @@ from opentc_launcher.files import unwritable
 
 from .aws_launcher import adapt_aws_launcher
 from .compiler import BACKEND, DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
+from .distributions import TORCH_DISTRIBUTED
 from .job import JobPaths, TrainingJob, read_job
 from .job_summary import JobRecorder, write_summary
 from .model_trainer import adapt_model_trainer
@@ -47,7 +48,7 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
     if settings.enabled:
         log.info("Found configuration for Training Compiler")
         log.info("Configuring SM Training Compiler... (%s)", settings.backend_note())
-        for note in settings.backend.launch_notes(plan.options, job.num_gpus, with_setting_names(base_env)):
+        for note in settings.backend.launch_notes(plan.options, job.num_gpus, with_setting_names(base_env, settings)):
             log.info("%s", note)
         if settings.debug:
             log.info("Training Compiler set to debug mode. This may impact performance. "
@@ -68,12 +69,13 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
                     "the job's files and its launch plan", name, value,
                     f"replaced by {name}={new}" if new is not None else "not passed on")
     if job.is_multi_host and not settings.multi_worker:
-        log.warning("%d hosts but %s is off: every host trains on its own, without synchronising with the "
-                    "others", len(job.hosts), MULTI_WORKER)
+        log.warning("%d hosts but neither %s nor %s is on: every host trains on its own, without synchronising "
+                    "with the others", len(job.hosts), TORCH_DISTRIBUTED, MULTI_WORKER)
     world = plan.world
     if settings.multi_worker:
-        log.info("launching %d worker(s) on this host (node %d of %d, rendezvous on %s): %s",
-                 world.workers_per_host, world.node_rank, world.nodes, world.master_addr, list(plan.command.argv))
+        log.info("launching %d worker(s) on this host (node %d of %d, rendezvous on %s; asked by %s): %s",
+                 world.workers_per_host, world.node_rank, world.nodes, world.master_addr, settings.multi_worker_key,
+                 list(plan.command.argv))
     else:
         log.info("launching one worker: %s", list(plan.command.argv))
 
@@ -84,12 +86,13 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
     the job is and reads the workers' lines, for the job summary."""
     try:
         job = recorder.job = read_job(paths)
-        settings = recorder.settings = CompilerSettings.from_hyperparameters(job.framework_params)
+        settings = recorder.settings = CompilerSettings.from_hyperparameters(job.framework_params, job.hyperparameters)
         settings.check_installed(base_env)
         adapted = adapt_model_trainer(job, settings)
         if adapted is not None:   # the job as the SageMaker SDK v3's ModelTrainer laid it out
             log.info("%s", adapted.summary)
-            job = recorder.job = adapted.job
+            job, settings = adapted.job, adapted.settings
+            recorder.job, recorder.settings = job, settings
         # SageMaker creates these; a job folder run by hand may lack them, and SM_MODEL_DIR and
         # SM_OUTPUT_DATA_DIR point the script at them.
         for folder in (paths.output_data, paths.model):

@@ -19,16 +19,17 @@ from types import MappingProxyType
 
 from opentc_launcher.env_values import whole_number
 
-from .compiler import MULTI_WORKER, CompilerSettings
+from .compiler import CompilerSettings
 from .job import AdaptedJob, TrainingJob
 from .not_started import BadInput
 
+TORCHRUN = "ModelTrainer(distributed=Torchrun())"
 # The entrypoint the SDK gives the container (sagemaker/train/constants.py, sagemaker-train 1.27).
 SDK_ENTRYPOINT = ("chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && "
                   "/opt/ml/input/data/sm_drivers/sm_train.sh")
-RECIPE = ("SourceCode(source_dir=..., entry_script=\"train.py\") with the hyperparameters "
-          "sagemaker_training_compiler_enabled (and sagemaker_pytorch_xla_multi_worker_enabled for several "
-          "workers), or SourceCode(source_dir=..., command=\"exec train\") with the hyperparameters "
+RECIPE = ("SourceCode(source_dir=..., entry_script=\"train.py\") with the hyperparameter "
+          "sagemaker_training_compiler_enabled (and distributed=Torchrun() for several workers), or "
+          "SourceCode(source_dir=..., command=\"exec train\") with the hyperparameters "
           "sagemaker_program=\"train.py\" and sagemaker_submit_directory=\"/opt/ml/input/data/code\"")
 
 
@@ -101,7 +102,10 @@ def adapt_model_trainer(job: TrainingJob, settings: CompilerSettings) -> Adapted
     source = read_model_trainer_source(job.paths.base)
     if source is None:
         return None
-    check_distribution(source, settings.multi_worker)
+    if source.torchrun and not settings.multi_worker:
+        # Torchrun asks for several workers per host: this image's launcher starts them (torchrun's rendezvous and
+        # environment), with the compiler's settings in every worker.
+        settings = replace(settings, multi_worker=True, multi_worker_key=TORCHRUN)
     entry_point = job.entry_point or source.entry_script
     extra = {
         "SM_SOURCE_DIR": source.code_dir,
@@ -119,17 +123,6 @@ def adapt_model_trainer(job: TrainingJob, settings: CompilerSettings) -> Adapted
         f"SageMaker SDK v3 ModelTrainer job: entry script {entry_point}, code in "
         f"{adapted.submit_directory}, requirements {source.requirements}"
         + (f", {source.workers_per_host} worker(s) per host" if source.workers_per_host else "")))
-
-
-def check_distribution(source: ModelTrainerSource, multi_worker: bool) -> None:
-    """Torchrun asks for several workers per host: this image starts them through its own launcher when the
-    job says so with the multi-worker hyperparameter (so that the compiler's settings reach every worker)."""
-    if source.torchrun and not multi_worker:
-        raise BadInput(
-            f"ModelTrainer(distributed=Torchrun(...)) asks for several workers, but the hyperparameter "
-            f"{MULTI_WORKER} is not true: set {MULTI_WORKER}=True in ModelTrainer(hyperparameters=...) and this "
-            f"image's launcher runs one worker per GPU (or process_count_per_node), with the compiler settings; "
-            f"or drop distributed= for one worker.")
 
 
 def takes_over(base: str, execution_string: str, pid: int) -> bool:

@@ -21,7 +21,7 @@ from opentc_launcher.launch_checks import too_many_workers
 from opentc_launcher.options import WorkerOptions
 from opentc_launcher.setting_names import VARIABLE as SETTING_NAMES_VARIABLE
 
-from .compiler import SETTING_NAMES, CompilerSettings, compiler_environment
+from .compiler import CompilerSettings, compiler_environment
 from .job import TrainingJob
 from .not_started import BadInput
 from .outcome import FailureSource, LauncherFailureReport, WorkerErrorFile
@@ -141,15 +141,15 @@ def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, e
             gpu_count=job.num_gpus,
         )
     try:
-        return decide(requested, world.size, with_setting_names(env), job.num_gpus)
+        return decide(requested, world.size, with_setting_names(env, settings), job.num_gpus)
     except LaunchRefused as e:
         raise BadInput(str(e)) from None
 
 
-def with_setting_names(env: Mapping[str, str]) -> dict[str, str]:
+def with_setting_names(env: Mapping[str, str], settings: CompilerSettings) -> dict[str, str]:
     """`env` with the hyperparameters' names for the launcher's settings (compiler.SETTING_NAMES), which the launcher
     and its workers word their messages with."""
-    return {**env, SETTING_NAMES_VARIABLE: json.dumps(SETTING_NAMES)}
+    return {**env, SETTING_NAMES_VARIABLE: json.dumps(settings.setting_names())}
 
 
 def check_os_limits(argv: tuple[str, ...], env: Mapping[str, str]) -> None:
@@ -188,7 +188,7 @@ def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
                                    base_env=base_env)
     decided = job.script_env
     env = {**{k: v for k, v in base_env.items() if not is_world_variable(k)}, **decided, **changes.applied,
-           **with_setting_names({})}
+           **with_setting_names({}, settings)}
     env.setdefault("PYTHONUNBUFFERED", "1")
     script_part = [*options.to_argv(), script, *job.user_args]
     failure_source: FailureSource
