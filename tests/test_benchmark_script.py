@@ -56,3 +56,12 @@ def test_committed_torch_version_results_render_as_the_results_file_shows():
     table = torch_versions_benchmark.render(results)
     assert table == results["table"]
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_committed_startup_results_render_as_the_results_file_shows():
+    import startup_benchmark
+
+    results = json.loads((REPO / "benchmarks" / "results" / "startup.json").read_text())
+    table = startup_benchmark.render(results)
+    assert table == results["table"]
+    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
