@@ -31,10 +31,12 @@ BACKENDS = {   # every backend: the compiler off, Inductor, and XLA (XLA:CPU has
 
 def test_torch_distributed_and_pytorchxla_ask_for_several_workers():
     torch_distributed = CompilerSettings.from_hyperparameters(SENT["torch_distributed"])
-    assert torch_distributed.multi_worker and torch_distributed.multi_worker_key == TORCH_DISTRIBUTED
+    assert torch_distributed.multi_worker and torch_distributed.multi_worker_asked_by == (TORCH_DISTRIBUTED,)
     assert torch_distributed.setting_names()["--nproc-per-node 1"] == f"{TORCH_DISTRIBUTED}=false"
     xla = CompilerSettings.from_hyperparameters(decode_hyperparameters({XLA_MULTI_WORKER: "true"}))
-    assert xla.multi_worker and xla.multi_worker_key == XLA_MULTI_WORKER
+    assert xla.multi_worker and xla.multi_worker_asked_by == (XLA_MULTI_WORKER,)
+    both = CompilerSettings.from_hyperparameters({XLA_MULTI_WORKER: True, TORCH_DISTRIBUTED: True})
+    assert both.setting_names()["--nproc-per-node 1"] == f"{XLA_MULTI_WORKER}=false and {TORCH_DISTRIBUTED}=false"
     assert not CompilerSettings.from_hyperparameters(decode_hyperparameters({TORCH_DISTRIBUTED: "false"})).multi_worker
     with pytest.raises(BadInput, match=f"hyperparameter {TORCH_DISTRIBUTED} has the value 'yes please'"):
         read_distribution({TORCH_DISTRIBUTED: "yes please"}, {})
@@ -78,3 +80,11 @@ def test_an_sdk_v2_job_asking_for_another_distribution_fails_before_the_script(m
     assert result.returncode == 2, result.output[-3000:]
     assert job.failure.startswith("Training not started: hyperparameter "), job.failure
     assert "torch_distributed" in job.failure and not list(job.model.glob("env-rank*.json"))
+
+
+def test_a_refusal_names_the_key_that_asked_for_the_workers(make_job):
+    """Several XLA:CPU workers are refused (no collectives); the way to one worker is the key the job used."""
+    job = make_job(script="report_env.py", **SENT["torch_distributed"], sagemaker_training_compiler_backend="xla")
+    result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 2, result.output[-3000:]
+    assert f"one worker ({TORCH_DISTRIBUTED}=false)" in job.failure, job.failure

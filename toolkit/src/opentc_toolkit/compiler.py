@@ -111,7 +111,8 @@ class CompilerSettings:
     compiler_named: bool = False  # whether the job named it; else it is this image's default
     debug: bool = False
     multi_worker: bool = False
-    multi_worker_key: str = MULTI_WORKER   # what asked for several workers (distributions.py), for messages
+    # What asked for several workers: hyperparameters (distributions.py) or an SDK's words, for messages.
+    multi_worker_asked_by: tuple[str, ...] = ()
     cpu_multi_worker: str = DEFAULT_CPU_MULTI_WORKER
     cache: bool = True
     cache_dir: str = ""          # empty: the default under the checkpoints folder
@@ -146,7 +147,7 @@ class CompilerSettings:
             compiler_named=BACKEND in params,
             debug=_boolean(params, DEBUG, False),
             multi_worker=distribution.several_workers,
-            multi_worker_key=distribution.asked_by,
+            multi_worker_asked_by=distribution.asked_by,
             cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER),
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),
@@ -157,8 +158,12 @@ class CompilerSettings:
 
 
     def setting_names(self) -> dict[str, str]:
-        """SETTING_NAMES, with the key that asked for several workers as the one to turn them off."""
-        return {**SETTING_NAMES, "--nproc-per-node 1": f"{self.multi_worker_key}=false"}
+        """SETTING_NAMES, with what asked for several workers as what to turn off for one."""
+        if not self.multi_worker_asked_by:
+            return dict(SETTING_NAMES)
+        one_worker = " and ".join(f"{asked}=false" if asked.startswith("sagemaker_") else f"no {asked}"
+                                  for asked in self.multi_worker_asked_by)
+        return {**SETTING_NAMES, "--nproc-per-node 1": one_worker}
 
     def backend_note(self) -> str:
         """How the compiler was chosen, for the log."""

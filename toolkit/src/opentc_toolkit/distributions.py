@@ -51,10 +51,10 @@ MODEL_PARALLEL = "mp_parameters"   # distribution={"smdistributed": {"modelparal
 
 @dataclass(frozen=True)
 class Distribution:
-    """Whether the job asked for several workers per host, and by which hyperparameter (for messages)."""
+    """Whether the job asked for several workers per host, and by which hyperparameters (for messages)."""
 
     several_workers: bool = False
-    asked_by: str = XLA_MULTI_WORKER
+    asked_by: tuple[str, ...] = ()
 
 
 def _asks(value: Any) -> bool:
@@ -90,4 +90,4 @@ def read_distribution(framework_params: Mapping[str, Any], script_params: Mappin
                        f"this image does not have. Use {INSTEAD}; a model that does not fit one GPU is sharded with "
                        f"PyTorch's own FSDP (torch.distributed.fsdp.fully_shard) in the script.")
     asked = [key for key in SEVERAL_WORKERS if _flag(framework_params, key)]
-    return Distribution(several_workers=bool(asked), asked_by=asked[0] if asked else XLA_MULTI_WORKER)
+    return Distribution(several_workers=bool(asked), asked_by=tuple(asked))

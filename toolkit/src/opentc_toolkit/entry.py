@@ -74,7 +74,8 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
     world = plan.world
     if settings.multi_worker:
         log.info("launching %d worker(s) on this host (node %d of %d, rendezvous on %s; asked by %s): %s",
-                 world.workers_per_host, world.node_rank, world.nodes, world.master_addr, settings.multi_worker_key,
+                 world.workers_per_host, world.node_rank, world.nodes, world.master_addr,
+                 " and ".join(settings.multi_worker_asked_by) or "the job",
                  list(plan.command.argv))
     else:
         log.info("launching one worker: %s", list(plan.command.argv))

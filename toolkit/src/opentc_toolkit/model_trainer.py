@@ -105,7 +105,7 @@ def adapt_model_trainer(job: TrainingJob, settings: CompilerSettings) -> Adapted
     if source.torchrun and not settings.multi_worker:
         # Torchrun asks for several workers per host: this image's launcher starts them (torchrun's rendezvous and
         # environment), with the compiler's settings in every worker.
-        settings = replace(settings, multi_worker=True, multi_worker_key=TORCHRUN)
+        settings = replace(settings, multi_worker=True, multi_worker_asked_by=(TORCHRUN,))
     entry_point = job.entry_point or source.entry_script
     extra = {
         "SM_SOURCE_DIR": source.code_dir,
