@@ -3,10 +3,12 @@ before anything runs; never ignored. Real `train` jobs on real job folders; the 
 sagemaker 2.x's `PyTorch(distribution=...).hyperparameters()` sends (checked against sagemaker 2.257)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from conftest import run_train
+from conftest import SCRIPTS, run_train
 from opentc_toolkit.compiler import CompilerSettings
 from opentc_toolkit.distributions import REFUSED, TORCH_DISTRIBUTED, XLA_MULTI_WORKER, read_distribution
 from opentc_toolkit.job import decode_hyperparameters
@@ -88,3 +90,23 @@ def test_a_refusal_names_the_key_that_asked_for_the_workers(make_job):
     result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
     assert result.returncode == 2, result.output[-3000:]
     assert f"one worker ({TORCH_DISTRIBUTED}=false)" in job.failure, job.failure
+
+
+@pytest.mark.slow
+@pytest.mark.inductor
+def test_a_plain_fsdp2_script_trains_sharded_and_compiled_with_one_process_losses(make_job, tmp_path):
+    """Issue 25's plain-script case on one host: the script calls fully_shard and torch.compile itself; two workers
+    over gloo, asked for as the SDK v2 asks, on the Inductor backend. The parameters are DTensors (sharded, not
+    silently replicated), and the loss curve is one eager process's on the whole batch, within float rounding of
+    a different reduction order (1e-3 relative)."""
+    single = subprocess.run([sys.executable, str(SCRIPTS / "fsdp2_compile.py"), "--compile", "no",
+                             "--out", str(tmp_path / "single")], capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    expected = json.loads((tmp_path / "single" / "losses.json").read_text())["losses"]
+    job = make_job(script="fsdp2_compile.py", **SENT["torch_distributed"], **BACKENDS["inductor"])
+    result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 0, result.output[-3000:]
+    trained = json.loads((job.model / "losses.json").read_text())
+    assert trained["world"] == 2 and trained["sharded"] is True, trained
+    assert trained["losses"] == pytest.approx(expected, rel=1e-3), (trained["losses"], expected)
+    assert job.compile_report(0)["graphs_compiled"] > 0
