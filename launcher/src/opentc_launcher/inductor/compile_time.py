@@ -1,8 +1,8 @@
 """What the Inductor backend turns on by default to cut compile time (docs/compile-time.md has what each saves).
 
-Each default is logged, left off by name (`--defaults-off NAME`; in a SageMaker job the hyperparameter
-sagemaker_training_compiler_defaults_off), and none overrides a variable the user set: the user's value is kept,
-and the default that would have set it stays out of the way.
+Each default is logged, left off by name (`--defaults-off NAME`; a front end such as the SageMaker toolkit hands
+down its own name for that setting), and none overrides a variable the user set: the user's value is kept, and the
+default that would have set it stays out of the way.
 
 - regional: Trainer and Accelerate jobs compile each repeated block once (regional.py).
 - vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU (vec_isa.py).
