@@ -53,7 +53,8 @@ def test_the_hyperparameter_is_named_in_a_sagemaker_job():
     listed = CompilerSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: '["regional"]'}))
     assert listed.defaults_off == "regional"
     with pytest.raises(LaunchRefused, match=f"^hyperparameter {DEFAULTS_OFF} names 'fast', which"):
-        decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="fast"), 1, with_setting_names({}), 0)
+        decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="fast"), 1,
+               with_setting_names({}, settings), 0)
     with pytest.raises(BadInput, match=f"hyperparameter {DEFAULTS_OFF} has the value 3, which is not accepted"):
         CompilerSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: "3"}))
 
