@@ -27,7 +27,10 @@ TRAIN = BIN / "opentc-train"
 TRAINING_MODULE = "opentc_toolkit.entry:main"
 
 # Variables from the caller's shell that would change what a job does; every test starts without them.
-_SCRUBBED_PREFIXES = ("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_", "TORCHELASTIC_", "PET_")
+# TORCHINDUCTOR_ and TRITON_ too: torch sets TORCHINDUCTOR_CACHE_DIR in os.environ when a test imports its compiler
+# in this process, and a job that inherited it would share one Inductor cache with every later job.
+_SCRUBBED_PREFIXES = ("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_", "TORCHELASTIC_", "PET_",
+                      "TORCHINDUCTOR_", "TRITON_")
 _SCRUBBED = {"USE_TORCH_XLA", "GPU_NUM_DEVICES", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
              "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "CURRENT_HOST"}
 
