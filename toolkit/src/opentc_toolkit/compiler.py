@@ -11,13 +11,14 @@ from typing import Any
 
 from opentc_launcher.backend import CompilerBackend
 from opentc_launcher.cuda_driver import XLA_IMAGE_VARIABLE
-from opentc_launcher.env_values import MAX_DIGITS, flag, whole_number
+from opentc_launcher.env_values import MAX_DIGITS, whole_number
 from opentc_launcher.installed import default_compiler, why_default
 from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER, off_names
 from opentc_launcher.registry import COMPILER_NAMES, backend_named
 from opentc_launcher.text import shown
 
 from .distributions import XLA_MULTI_WORKER, read_distribution
+from .flags import boolean as _boolean
 from .not_started import BadInput
 
 ENABLED = "sagemaker_training_compiler_enabled"
@@ -50,20 +51,6 @@ SETTING_NAMES = {
 COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS, LIBRARY_PATCHES,
                  DEFAULTS_OFF)
 COMPILER_PREFIX = "sagemaker_training_compiler_"
-
-
-def _boolean(params: Mapping[str, Any], key: str, default: bool) -> bool:
-    """A flag as the SDK ("true" JSON-encoded, read back as a boolean) or CreateTrainingJob sends it."""
-    if key not in params:
-        return default
-    value = params[key]
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and flag(value) is not None:
-        return bool(flag(value))
-    raise BadInput(
-        f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use \"true\" or \"false\" "
-        f"(a JSON boolean, as the SageMaker SDK writes it, or that string in any letter case).")
 
 
 def _choice(params: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from opentc_launcher.env_values import flag
-from opentc_launcher.text import shown
 
+from .flags import boolean
 from .not_started import BadInput
 
 XLA_MULTI_WORKER = "sagemaker_pytorch_xla_multi_worker_enabled"   # distribution={"pytorchxla": {"enabled": True}}
@@ -64,16 +64,6 @@ def _asks(value: Any) -> bool:
     return not (isinstance(value, str) and flag(value) is False)
 
 
-def _flag(params: Mapping[str, Any], key: str) -> bool:
-    value = params.get(key, False)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and flag(value) is not None:
-        return bool(flag(value))
-    raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use \"true\" or "
-                   f"\"false\" (a JSON boolean, as the SageMaker SDK writes it, or that string in any letter case).")
-
-
 def read_distribution(framework_params: Mapping[str, Any], script_params: Mapping[str, Any]) -> Distribution:
     """The distribution the job's hyperparameters ask for; a distribution this image cannot run is refused
     (BadInput: exit code 2, before anything starts), naming the key, why, and what to use instead."""
@@ -89,5 +79,5 @@ def read_distribution(framework_params: Mapping[str, Any], script_params: Mappin
                        f'{{"modelparallel": ...}}}}) asks for the SageMaker model parallelism library (SMP), which '
                        f"this image does not have. Use {INSTEAD}; a model that does not fit one GPU is sharded with "
                        f"PyTorch's own FSDP (torch.distributed.fsdp.fully_shard) in the script.")
-    asked = [key for key in SEVERAL_WORKERS if _flag(framework_params, key)]
+    asked = [key for key in SEVERAL_WORKERS if boolean(framework_params, key, False)]
     return Distribution(several_workers=bool(asked), asked_by=tuple(asked))

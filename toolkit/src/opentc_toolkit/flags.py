@@ -1,0 +1,25 @@
+"""A true/false hyperparameter, read one way wherever the toolkit reads one (compiler.py, distributions.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentc_launcher.env_values import flag
+from opentc_launcher.text import shown
+
+from .not_started import BadInput
+
+
+def boolean(params: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A flag as the SDK ("true" JSON-encoded, read back as a boolean) or CreateTrainingJob sends it."""
+    if key not in params:
+        return default
+    value = params[key]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and flag(value) is not None:
+        return bool(flag(value))
+    raise BadInput(
+        f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use \"true\" or \"false\" "
+        f"(a JSON boolean, as the SageMaker SDK writes it, or that string in any letter case).")
