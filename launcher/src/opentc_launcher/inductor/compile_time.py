@@ -116,12 +116,9 @@ class CompileTimeDefaults:
 
     def _warm_start(self, environ: MutableMapping[str, str]) -> None:
         prefetch = "cache keys hashed in the background where torch can"
-        if self.options.device == "cpu" and WARM_POOL_VARIABLE not in environ:
-            environ[WARM_POOL_VARIABLE] = "0"
-            self.state["warm_start"] = f"on: {WARM_POOL_VARIABLE}=0; {prefetch}"
-        elif self.options.device == "cpu":
-            self.state["warm_start"] = (f"the user's {WARM_POOL_VARIABLE}={environ[WARM_POOL_VARIABLE]} kept; "
-                                        f"{prefetch}")
+        if self.options.device == "cpu":
+            self._set(environ, "warm_start", WARM_POOL_VARIABLE, "0")
+            self.state["warm_start"] += f"; {prefetch}"
         else:
             self.state["warm_start"] = f"on: {prefetch}"
         when_imported("torch._dynamo", self._prefetch_cache_keys)
