@@ -83,9 +83,12 @@ def test_enabled_on_cpu_and_on_gpus():
 
 
 def test_disabled_keeps_transformers_off_xla():
-    assert dict(env_for(CompilerSettings(enabled=False)).applied) == {"USE_TORCH_XLA": "0"}
+    assert dict(env_for(CompilerSettings(enabled=False), gpus=8).applied) == {"USE_TORCH_XLA": "0"}
     # debug without the compiler changes nothing
-    assert dict(env_for(CompilerSettings(enabled=False, debug=True)).applied) == {"USE_TORCH_XLA": "0"}
+    assert dict(env_for(CompilerSettings(enabled=False, debug=True), gpus=8).applied) == {"USE_TORCH_XLA": "0"}
+    # no GPU: accelerate is told to run on the CPU, or several workers would never synchronise (test_distributions)
+    on_cpu = {"USE_TORCH_XLA": "0", "ACCELERATE_USE_CPU": "true"}
+    assert dict(env_for(CompilerSettings(enabled=False)).applied) == on_cpu
 
 
 def test_debug_puts_every_artefact_under_output_data_compiler():

@@ -3,12 +3,14 @@ before anything runs; never ignored. Real `train` jobs on real job folders; the 
 sagemaker 2.x's `PyTorch(distribution=...).hyperparameters()` sends (checked against sagemaker 2.257)."""
 
 import json
+import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from conftest import SCRIPTS, run_train
+from conftest import SCRIPTS, run_train, start_train, stop, wait_for
 from opentc_toolkit.compiler import CompilerSettings
 from opentc_toolkit.distributions import REFUSED, TORCH_DISTRIBUTED, XLA_MULTI_WORKER, read_distribution
 from opentc_toolkit.job import decode_hyperparameters
@@ -99,10 +101,7 @@ def test_a_plain_fsdp2_script_trains_sharded_and_compiled_with_one_process_losse
     over gloo, asked for as the SDK v2 asks, on the Inductor backend. The parameters are DTensors (sharded, not
     silently replicated), and the loss curve is one eager process's on the whole batch, within float rounding of
     a different reduction order (1e-3 relative)."""
-    single = subprocess.run([sys.executable, str(SCRIPTS / "fsdp2_compile.py"), "--compile", "no",
-                             "--out", str(tmp_path / "single")], capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-3000:]
-    expected = json.loads((tmp_path / "single" / "losses.json").read_text())["losses"]
+    expected = one_eager_process(tmp_path)
     job = make_job(script="fsdp2_compile.py", **SENT["torch_distributed"], **BACKENDS["inductor"])
     result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
     assert result.returncode == 0, result.output[-3000:]
@@ -110,3 +109,110 @@ def test_a_plain_fsdp2_script_trains_sharded_and_compiled_with_one_process_losse
     assert trained["world"] == 2 and trained["sharded"] is True, trained
     assert trained["losses"] == pytest.approx(expected, rel=1e-3), (trained["losses"], expected)
     assert job.compile_report(0)["graphs_compiled"] > 0
+
+
+def one_eager_process(tmp_path) -> list[float]:
+    """The reference curve: fsdp2_compile.py in one plain process, eager, on the whole batch, never stopped."""
+    single = subprocess.run([sys.executable, str(SCRIPTS / "fsdp2_compile.py"), "--compile", "no",
+                             "--out", str(tmp_path / "single")], capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    return json.loads((tmp_path / "single" / "losses.json").read_text())["losses"]
+
+
+@pytest.mark.slow
+@pytest.mark.inductor
+def test_a_sharded_job_stopped_by_sigterm_resumes_from_its_checkpoints_with_the_uninterrupted_curve(make_job, tmp_path):
+    """Issue 25's managed-spot case: a two-worker FSDP2 + Inductor job saves each step with
+    torch.distributed.checkpoint (each rank its shard) into its checkpoints folder; SIGTERM stops it after step 3.
+    SageMaker then starts a fresh container with the checkpoints folder restored from S3: here a new job folder with
+    the first one's checkpoints copied in. The second job resumes after step 3 (it does not redo steps) and the
+    whole curve is that of one uninterrupted eager process, within the 1e-3 of a different reduction order."""
+    expected = one_eager_process(tmp_path)
+    first = make_job("first", script="fsdp2_compile.py", **SENT["torch_distributed"], **BACKENDS["inductor"])
+    first.set_hyperparameters(checkpoints=str(first.checkpoints), pause_after_step=3)
+    log = tmp_path / "first.log"
+    proc = start_train(first, log, OPENTC_WORKERS_PER_HOST="2")
+    try:
+        wait_for(lambda: (first.checkpoints / "step-000003" / "progress.json").exists(), 300, "step 3's checkpoint",
+                 proc, log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, log.read_text()[-3000:]
+    finally:
+        stop(proc)
+    assert first.failure.startswith("Training stopped: SIGTERM received"), first.failure
+    assert not (first.model / "losses.json").exists()
+    shards = sorted(p.name for p in (first.checkpoints / "step-000003").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "progress.json"], shards
+
+    second = make_job("second", script="fsdp2_compile.py", **SENT["torch_distributed"], **BACKENDS["inductor"])
+    shutil.copytree(first.checkpoints, second.checkpoints, dirs_exist_ok=True)
+    second.set_hyperparameters(checkpoints=str(second.checkpoints))
+    result = run_train(second, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 0, result.output[-3000:]
+    assert "step-000003 after step 3" in result.output
+    assert "step 3 loss" not in result.output and "step 4 loss" in result.output
+    trained = json.loads((second.model / "losses.json").read_text())
+    assert trained["world"] == 2 and trained["sharded"] is True, trained
+    assert trained["losses"] == pytest.approx(expected, rel=1e-3), (trained["losses"], expected)
+
+
+def test_fsdp_through_accelerate_is_refused_only_on_cpus():
+    from opentc_toolkit.sharding import check_sharding
+
+    for params, env in (({"fsdp": "full_shard auto_wrap"}, {}), ({}, {"ACCELERATE_USE_FSDP": "true"})):
+        with pytest.raises(BadInput, match="accelerate shards only on GPUs") as raised:
+            check_sharding(params, env, "cpu")
+        assert "fully_shard" in str(raised.value)
+        check_sharding(params, env, "cuda")   # a GPU: honoured as the user set it
+    for params, env in (({"fsdp": ""}, {}), ({"fsdp": False}, {}), ({"fsdp_config": "x.json"}, {}),
+                        ({}, {"ACCELERATE_USE_FSDP": "false"})):
+        check_sharding(params, env, "cpu")   # asks for nothing
+
+
+@pytest.mark.parametrize("how", ["trainer", "accelerate"])
+def test_a_cpu_job_asking_the_trainer_or_accelerate_for_fsdp_fails_before_the_script(make_job, how):
+    """On CPUs the Trainer's --fsdp and accelerate's ACCELERATE_USE_FSDP would silently train unsharded (the probe
+    below shows why): refused before any worker starts, naming what asked and the way that does shard."""
+    fsdp = {"fsdp": "full_shard auto_wrap"} if how == "trainer" else {}
+    job = make_job(script="report_env.py", **SENT["torch_distributed"], **BACKENDS["inductor"], **fsdp)
+    env = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"} if how == "accelerate" else {}
+    result = run_train(job, OPENTC_WORKERS_PER_HOST="2", **env)
+    assert result.returncode == 2, result.output[-3000:]
+    named = 'hyperparameter fsdp="full_shard auto_wrap"' if how == "trainer" else \
+        "the environment variable ACCELERATE_USE_FSDP=true"
+    assert job.failure.startswith(f"Training not started: {named} asks for FSDP sharding"), job.failure
+    assert "torch.distributed.fsdp.fully_shard" in job.failure and not list(job.model.glob("env-rank*.json"))
+
+
+@pytest.mark.slow
+def test_accelerate_still_runs_ddp_when_asked_for_fsdp_on_cpus(tmp_path):
+    """The fact the refusal above rests on, checked on the installed accelerate and torch (two real processes over
+    gloo, with the variables the image's workers get on CPUs): asked for FSDP2 on CPUs, accelerate wraps the model
+    in DDP and its parameters stay plain Parameters. If a later accelerate shards on CPUs, this fails: the refusal
+    (toolkit sharding.py) should then be lifted."""
+    from conftest import clean_env, free_port
+
+    env = clean_env(ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", USE_TORCH_XLA="0", ACCELERATE_USE_CPU="true",
+                    OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(free_port()), str(SCRIPTS / "accelerate_fsdp_probe.py")],
+                          env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    probes = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
+    assert sorted(p["rank"] for p in probes) == [0, 1], proc.stdout
+    assert all(p["distributed_type"] == "DistributedType.MULTI_CPU" and p["wrapped_as"] == "DistributedDataParallel"
+               and p["parameter_types"] == ["Parameter"] for p in probes), probes
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_an_accelerate_script_on_several_cpu_workers_is_one_data_parallel_job(make_job, backend):
+    """Without being told the CPU is its device, accelerate under torchrun on a host with no GPU sets up no process
+    group (DistributedType.NO): every worker would train its own replica, never synchronised. The workers of a
+    CPU job get ACCELERATE_USE_CPU, and Accelerator() makes them one DDP job (MULTI_CPU) over gloo."""
+    job = make_job(script="accelerate_fsdp_probe.py", **SENT["torch_distributed"], **BACKENDS[backend])
+    result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 0, result.output[-3000:]
+    probes = [json.loads(line.split("PROBE ", 1)[1]) for line in result.output.splitlines() if "PROBE {" in line]
+    assert sorted(p["rank"] for p in probes) == [0, 1], result.output[-3000:]
+    assert all(p["distributed_type"] == "DistributedType.MULTI_CPU" and p["wrapped_as"] == "DistributedDataParallel"
+               and p["compiled"] is (backend == "inductor") for p in probes), probes

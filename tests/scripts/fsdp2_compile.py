@@ -3,12 +3,20 @@ itself, as issue 25's plain-script case: each block sharded, then the root, the 
 each rank training on its own slice of every global batch. Prints `step N loss X` (the mean over every rank, so one
 process on the whole batch prints the same curve) and writes losses.json to SM_MODEL_DIR (or --out).
 
-    python fsdp2_compile.py [--steps 8] [--compile yes|no] [--out DIR]
+With --checkpoints DIR (SageMaker's is /opt/ml/checkpoints, which it syncs to S3 and restores on a managed-spot
+restart) it saves model and optimizer after every step with torch.distributed.checkpoint, each rank its own shard,
+into DIR/step-NNNNNN; the loss history so far beside them (progress.json, written after the shards, so a step whose
+save a stop cut short has none and is not resumed from). Started again with the same folder it resumes after the
+newest complete step. --pause-after-step N waits (up to 300 s) after saving step N, so a test can stop it there.
+
+    python fsdp2_compile.py [--steps 8] [--compile yes|no] [--out DIR] [--checkpoints DIR] [--pause-after-step N]
 """
 
 import argparse
+import glob
 import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -18,6 +26,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=8)
 p.add_argument("--compile", choices=["yes", "no"], default="yes")
 p.add_argument("--out", default=os.environ.get("SM_MODEL_DIR", "."))
+p.add_argument("--checkpoints", default="")
+p.add_argument("--pause-after-step", "--pause_after_step", type=int, default=-1)
 args = p.parse_args()
 
 world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -61,15 +71,52 @@ if world > 1:
         fully_shard(block)
     fully_shard(model)
     sharded = all(type(p).__name__ == "DTensor" for p in model.parameters())
+net = model   # the sharded module: its state dict has the model's own names, not torch.compile's wrapper's
 if args.compile == "yes":
     model = torch.compile(model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)   # after sharding: it holds the shards
 
-data = torch.Generator().manual_seed(1)
+
+def newest_complete(folder: str) -> str | None:
+    done = sorted(glob.glob(os.path.join(folder, "step-*", "progress.json")))
+    return os.path.dirname(done[-1]) if done else None
+
+
+losses: list[float] = []
+start = 0
+if args.checkpoints:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    found = newest_complete(args.checkpoints)
+    if found:
+        model_state, optim_state = get_state_dict(net, optimizer)
+        state = {"model": model_state, "optim": optim_state}
+        dcp.load(state, checkpoint_id=found)   # each rank reads its own shard
+        set_state_dict(net, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        with open(os.path.join(found, "progress.json")) as f:
+            losses = json.load(f)["losses"]
+        start = len(losses)
+        if rank == 0:
+            print(f"resumed from {found} after step {start - 1}", flush=True)
+
+
+def save(step: int) -> None:
+    folder = os.path.join(args.checkpoints, f"step-{step:06d}")
+    model_state, optim_state = get_state_dict(net, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder)
+    if world > 1:
+        dist.barrier()   # every rank's shard is written before the step counts as saved
+    if rank == 0:
+        with open(os.path.join(folder, "progress.json.tmp"), "w") as f:
+            json.dump({"losses": losses}, f)
+        os.replace(os.path.join(folder, "progress.json.tmp"), os.path.join(folder, "progress.json"))
+
+
 global_batch = 8
-losses = []
-for step in range(args.steps):
-    x = torch.randn(global_batch, 32, generator=data)
+for step in range(start, args.steps):
+    # each step's batch from its own seed: a resumed run sees the batches the uninterrupted one saw
+    x = torch.randn(global_batch, 32, generator=torch.Generator().manual_seed(1000 + step))
     y = x.sum(dim=1) / 8
     per_rank = global_batch // world
     mine = slice(rank * per_rank, (rank + 1) * per_rank)
@@ -84,6 +131,10 @@ for step in range(args.steps):
     losses.append(reported.item())
     if rank == 0:
         print(f"step {step} loss {losses[-1]:.6f}", flush=True)
+    if args.checkpoints:
+        save(step)
+        if step == args.pause_after_step:
+            time.sleep(300)   # the test stops the job here; if it never does, training goes on
 
 if rank == 0:
     os.makedirs(args.out, exist_ok=True)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, MutableMapping
 from .backend import CompilerBackend, WorkerSession, cuda_or_cpu
 from .identity import WorkerIdentity
 from .options import WorkerOptions
+from .plain_pytorch import library_environment
 from .script import Program
 
 
@@ -22,8 +23,7 @@ class EagerBackend(CompilerBackend):
         return cuda_or_cpu(requested, gpu_count, "plain PyTorch", env)
 
     def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
-        # transformers and accelerate take the XLA device whenever torch_xla imports, unless told not to.
-        return {"USE_TORCH_XLA": "0"}
+        return library_environment(gpu_count)
 
     def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
               program: Program) -> WorkerSession:

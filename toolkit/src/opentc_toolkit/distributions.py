@@ -57,7 +57,7 @@ class Distribution:
     asked_by: tuple[str, ...] = ()
 
 
-def _asks(value: Any) -> bool:
+def asks(value: Any) -> bool:
     """Whether a distribution key's value asks for something: not false, not empty (as the SDK sends them)."""
     if value is None or value is False or value == "" or value == [] or value == {}:
         return False
@@ -68,7 +68,7 @@ def read_distribution(framework_params: Mapping[str, Any], script_params: Mappin
     """The distribution the job's hyperparameters ask for; a distribution this image cannot run is refused
     (BadInput: exit code 2, before anything starts), naming the key, why, and what to use instead."""
     for key, what in REFUSED.items():
-        if key in framework_params and _asks(framework_params[key]):
+        if key in framework_params and asks(framework_params[key]):
             sent = json.dumps(framework_params[key], ensure_ascii=False)
             sent = sent if len(sent) <= 60 else sent[:50] + "..."
             raise BadInput(f"hyperparameter {key}={sent} asks for {what}: this image "

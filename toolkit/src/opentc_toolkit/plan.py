@@ -25,6 +25,7 @@ from .compiler import CompilerSettings, compiler_environment
 from .job import TrainingJob
 from .not_started import BadInput
 from .outcome import FailureSource, LauncherFailureReport, WorkerErrorFile
+from .sharding import check_sharding
 from .supervisor import Command
 
 DEFAULT_MASTER_PORT = 29500
@@ -190,6 +191,7 @@ def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
     env = {**{k: v for k, v in base_env.items() if not is_world_variable(k)}, **decided, **changes.applied,
            **with_setting_names({}, settings)}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    check_sharding(job.hyperparameters, env, options.device)
     script_part = [*options.to_argv(), script, *job.user_args]
     failure_source: FailureSource
     if settings.multi_worker:

@@ -17,6 +17,7 @@ from ..backend import CompilerBackend, FollowUp, WorkerSession, cuda_or_cpu
 from ..cache_folders import cache_folder
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
+from ..plain_pytorch import library_environment
 from ..published_cache import WorkingCopy
 from ..script import Program
 from .compile_time import OPTIONAL_DEFAULTS
@@ -44,8 +45,7 @@ class InductorBackend(CompilerBackend):
 
     def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
         wanted = {
-            # accelerate picks XLA whenever torch_xla imports, transformers too: this is plain PyTorch.
-            "USE_TORCH_XLA": "0",
+            **library_environment(gpu_count),
             # accelerate's Accelerator() (and so the Trainer) compiles the model with this backend.
             "ACCELERATE_DYNAMO_BACKEND": "inductor",
         }
