@@ -2,11 +2,19 @@
 
     opentc-compare .work/eager .work/xla .work/inductor --plot compare.png
     opentc-compare s3://bucket/jobs/gpt2-eager/output/output.tar.gz s3://bucket/jobs/gpt2-inductor/output/output.tar.gz
+    opentc-compare .work/eager gpt2-2-hosts/algo-1 gpt2-2-hosts/algo-2     # a job's two hosts: one column
 
 Each JOB is a job folder (its output/data/job-summary.json), an output folder, an output.tar.gz (what SageMaker
 keeps in S3), or an s3:// URI of one. The first job is the reference for the ratios. Every input is treated as
 someone else's file: a summary is read only up to 16 MiB, must be UTF-8 JSON of format opentc-job-summary/1, and
 each field it has must hold the type the format gives it (fields this version does not know are ignored).
+
+A multi-host job writes one summary per host. Summaries with the same job_name and the same list of hosts (more
+than one), each from another of those hosts, are one job's (SageMaker's job names are unique) and make one column,
+where the first of them was given: throughput summed over the hosts (when every host measured its own workers'),
+the longest wall time and time to the first step, the highest peak memory, the loss, steps and compile from the
+leader (the first host), succeeded only if every host did. A job with hosts missing is still shown, its label
+saying which ("2 of 3 hosts: algo-2 missing"), its throughput not summed; the same host of a job twice is bad input.
 
 --plot FILE draws the comparison into FILE, in the format its extension names (any matplotlib writes without a
 screen: .png, .pdf, .svg, ...); a name without an extension gets .png. The file's folder and extension are checked
@@ -17,8 +25,9 @@ OPENTC_COMPARE_S3_TIMEOUT: seconds to wait for S3 to connect and for each answer
 at most 3600): an endpoint that does not answer fails in seconds, not minutes.
 
 Exit codes: 0 the table (and the plot) written; 2 bad input, named with what is accepted: a job that cannot be
-read or is not a valid summary, a --plot file that cannot be written, a bad OPENTC_COMPARE_S3_TIMEOUT; 1 the plot
-could not be drawn or saved (the table was printed). Errors are one line on stderr, never a traceback.
+read or is not a valid summary, a host of a job given twice, a --plot file that cannot be written, a bad
+OPENTC_COMPARE_S3_TIMEOUT; 1 the plot could not be drawn or saved (the table was printed). Errors are one line on
+stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -26,27 +35,30 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .hosts import merge_hosts
 from .inputs import S3_ATTEMPTS, S3_TIMEOUT_SECONDS, S3_TIMEOUT_VARIABLE, InputError, read_job
 from .plot import BadPlotPath, draw, target
 from .table import render
 
 EPILOG = (f"{S3_TIMEOUT_VARIABLE}: seconds s3:// reads wait to connect and for each answer, per attempt, of "
-          f"{S3_ATTEMPTS} (default {S3_TIMEOUT_SECONDS:g}). Exit codes: 0 done; 2 bad input (a job, --plot, "
-          f"{S3_TIMEOUT_VARIABLE}), named; 1 the plot could not be drawn.")
+          f"{S3_ATTEMPTS} (default {S3_TIMEOUT_SECONDS:g}). The hosts of one multi-host job (same job_name and "
+          f"hosts) are one column. Exit codes: 0 done; 2 bad input (a job, a host given twice, "
+          f"--plot, {S3_TIMEOUT_VARIABLE}), named; 1 the plot could not be drawn.")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opentc-compare", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                      epilog=EPILOG)
     parser.add_argument("jobs", nargs="+", metavar="JOB",
-                        help="job folder, output folder, output.tar.gz, or s3:// URI of an output.tar.gz")
+                        help="job folder, output folder, output.tar.gz, or s3:// URI of an output.tar.gz "
+                             "(a multi-host job: one per host)")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw the comparison into this file (.png, .pdf, .svg, ...; no extension: .png)")
     args = parser.parse_args(argv)
     try:
         # The plot's file first: a bad one fails at once, not after the table.
         plot = target(args.plot) if args.plot is not None else None
-        jobs = [read_job(argument) for argument in args.jobs]
+        jobs = merge_hosts([read_job(argument) for argument in args.jobs])   # a multi-host job: one Job
     except (InputError, BadPlotPath) as e:
         print(f"opentc-compare: {_one_line(e)}", file=sys.stderr)
         return 2

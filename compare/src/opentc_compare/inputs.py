@@ -41,12 +41,14 @@ class InputError(Exception):
 @dataclass(frozen=True)
 class Job:
     name: str                  # the job's name (its summary's, else the folder or file it came from)
-    source: str                # the argument it came from
+    source: str                # the argument it came from (a job merged from its hosts: theirs, joined)
     summary: dict[str, Any]
+    hosts_given: str = ""      # a job merged from its hosts' summaries (hosts.py): "all 2 hosts", "2 of 3 hosts: ..."
 
     @property
     def label(self) -> str:
-        return f"{self.summary.get('backend', '?')} ({self.name})"
+        given = f", {self.hosts_given}" if self.hosts_given else ""
+        return f"{self.summary.get('backend', '?')} ({self.name}{given})"
 
 
 ACCEPTED = ("a job folder (with output/data/job-summary.json), an output folder, an output.tar.gz, or an s3:// URI "

@@ -120,5 +120,9 @@ def write_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> d
         line = headline(summary)
     except Exception as e:  # noqa: BLE001  (nor is its headline)
         line = f"(no headline: {type(e).__name__}: {e})"
+    hosts = summary.get("hosts") or []
+    if len(hosts) > 1:   # each host measures its own workers; the job is all of them (before the headline: last)
+        log.info("this host's summary (%s of %d: %s); opentc-compare given every host's summary shows the job as one",
+                 summary.get("current_host"), len(hosts), ", ".join(hosts))
     log.info("job summary: %s (%s)", line, path)
     return summary
