@@ -216,3 +216,26 @@ def test_an_accelerate_script_on_several_cpu_workers_is_one_data_parallel_job(ma
     assert sorted(p["rank"] for p in probes) == [0, 1], result.output[-3000:]
     assert all(p["distributed_type"] == "DistributedType.MULTI_CPU" and p["wrapped_as"] == "DistributedDataParallel"
                and p["compiled"] is (backend == "inductor") for p in probes), probes
+
+
+def test_an_optimizer_created_before_fully_shard_is_a_loud_finding(make_job):
+    """The model-parallel guide's pitfall: AdamW made from the model's parameters before fully_shard holds
+    parameters the sharded model no longer uses, so the job trains nothing. Each worker says so at the first step,
+    and the job summary carries it; the same script with the optimizer made after sharding says nothing."""
+    job = make_job(script="fsdp2_compile.py", **SENT["torch_distributed"], **BACKENDS["eager"], compile="no",
+                   optimizer_before_sharding="yes")
+    result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 0, result.output[-3000:]
+    said = "AdamW.step() found no gradient on any of the 20 parameter(s) it holds: this job trains nothing"
+    assert all(f"rank {rank}: {said}" in result.output for rank in (0, 1)), result.output[-3000:]
+    losses = json.loads((job.model / "losses.json").read_text())["losses"]
+    summary = job.read_json("output/data/job-summary.json")
+    assert [said in f for f in summary["findings"]] == [True], summary["findings"]
+    assert all(len(p["findings"]) == 1 for p in summary["processes"])
+
+    fine = make_job(script="fsdp2_compile.py", **SENT["torch_distributed"], **BACKENDS["eager"], compile="no")
+    result = run_train(fine, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 0 and "found no gradient" not in result.output, result.output[-3000:]
+    assert fine.read_json("output/data/job-summary.json")["findings"] == []
+    trained = json.loads((fine.model / "losses.json").read_text())["losses"]
+    assert trained[0] == pytest.approx(losses[0]) and trained[-1] < losses[-1]   # the same start; only this one learnt

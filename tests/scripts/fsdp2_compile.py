@@ -28,6 +28,8 @@ p.add_argument("--compile", choices=["yes", "no"], default="yes")
 p.add_argument("--out", default=os.environ.get("SM_MODEL_DIR", "."))
 p.add_argument("--checkpoints", default="")
 p.add_argument("--pause-after-step", "--pause_after_step", type=int, default=-1)
+p.add_argument("--optimizer-before-sharding", "--optimizer_before_sharding", choices=["yes", "no"], default="no",
+               help="the model-parallel guide's pitfall: the optimizer holds parameters the sharded model drops")
 args = p.parse_args()
 
 world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -61,6 +63,7 @@ class Model(nn.Module):
 
 torch.manual_seed(0)   # the same initial weights on every rank, and in a single process
 model = Model()
+early_optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2) if args.optimizer_before_sharding == "yes" else None
 sharded = False
 if world > 1:
     try:
@@ -74,7 +77,7 @@ if world > 1:
 net = model   # the sharded module: its state dict has the model's own names, not torch.compile's wrapper's
 if args.compile == "yes":
     model = torch.compile(model)
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)   # after sharding: it holds the shards
+optimizer = early_optimizer or torch.optim.AdamW(model.parameters(), lr=1e-2)   # after sharding: it holds the shards
 
 
 def newest_complete(folder: str) -> str | None:

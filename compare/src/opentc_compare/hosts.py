@@ -75,6 +75,7 @@ def merged(given: Sequence[Job]) -> Job:
         peak_memory_mb=_over(summaries, "peak_memory_mb", max),
         throughput=_throughput(leader, summaries, len(hosts)),
         processes=[process for s in summaries for process in s.get("processes") or []],
+        findings=sorted({f for s in summaries for f in s.get("findings") or []}),
     )
     if missing:
         named = ", ".join(missing[:MISSING_NAMED]) + (f" and {len(missing) - MISSING_NAMED} more"

@@ -15,6 +15,7 @@ module is the one place its format and its one-line headline are defined.
     loss                 {source, points: [{step, loss}]}
     peak_memory_mb       the highest of the workers'; per worker in `processes`
     compile              {seconds, graphs_compiled, cache_hits} (null without a compiler)
+    findings             what the workers found wrong with the script, each once ([]: nothing)
     processes            per worker process: rank, optimizer_steps, peak_memory_mb, peak_memory_kind, compile ...
 """
 
@@ -101,6 +102,7 @@ SCHEMA = Record("a job summary", {
     "peak_memory_mb": NUMBER,
     "compile": Record("an object {seconds, graphs_compiled, cache_hits}",
                       {"seconds": NUMBER, "graphs_compiled": WHOLE, "cache_hits": WHOLE}),
+    "findings": ListOf("a list of findings", TEXT),
     "processes": ListOf("a list of objects, one per worker process", PROCESS),
 })
 

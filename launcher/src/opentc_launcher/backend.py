@@ -24,6 +24,7 @@ from .compile_report import CompileReport, log_report, write_compile_report
 from .cuda_driver import driver_problem
 from .failure_records import record_error
 from .identity import WorkerIdentity
+from .idle_optimizer import IdleOptimizerCheck
 from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
 from .options import ALL_DEFAULTS, WorkerOptions, off_names
 from .published_cache import WorkingCopy
@@ -87,10 +88,12 @@ class WorkerSession:
         self.process = process   # rank<N> (or rank<N>-spawned<K>): names its report and its cache folder
         self.steps = StepCounter(self.after_step)
         self.batches = BatchWatch()
+        self.idle_optimizers = IdleOptimizerCheck(identity.rank)
         self._stopping = threading.Lock()
 
     def start(self) -> None:
         self.steps.install()
+        self.idle_optimizers.install()
         if self.options.summary_dir:
             self.batches.install()
 
@@ -150,6 +153,7 @@ class WorkerSession:
             "compile": None if report is None else {
                 "seconds": report.compile_seconds_total, "graphs_compiled": report.graphs_compiled,
                 "cache_hits": report.persistent_cache.get("hits", 0)},
+            "findings": list(self.idle_optimizers.found),
         }
 
 

@@ -103,6 +103,8 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> d
         "loss": recorder.lines.loss(),
         "peak_memory_mb": max(memory) if memory else None,
         "compile": first.get("compile"),
+        # what the workers found wrong with the script (an optimizer that trains nothing): each once, for the job
+        "findings": sorted({f for r in records for f in r.get("findings") or []}),
         "processes": records,
     }
 
