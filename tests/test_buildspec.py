@@ -69,6 +69,13 @@ if name == "docker" and "--gpus" in sys.argv and os.environ.get("STUB_GPU_JOBS")
         for rank in range(world):
             with open(f"{{job}}/model/ddp-rank{{rank}}.json", "w") as f:
                 json.dump({{"rank": rank, "world": world, "replicas_equal": True, "backend": "nccl"}}, f)
+    elif "fsdp2_compile" in program:
+        with open(f"{{job}}/model/losses.json", "w") as f:
+            json.dump({{"losses": [1.0, 0.5], "world": world, "sharded": True, "device": "cuda"}}, f)
+    elif "run_clm_tiny" in program:
+        os.makedirs(f"{{job}}/output/data", exist_ok=True)
+        with open(f"{{job}}/output/data/trainer_metrics.json", "w") as f:
+            json.dump({{"device": "cuda:0", "sharded": "fsdp" in hps}}, f)
     else:
         os.makedirs(f"{{job}}/output/data/compiler", exist_ok=True)
         open(f"{{job}}/output/success", "w").close()
@@ -245,13 +252,14 @@ def test_on_a_gpu_host_the_gate_runs_each_images_jobs_and_checks_them_before_the
     uris = {name: f"{REGISTRY}/opentc:{tag}" for name, tag in TAGS.items()}
     runs = gpu_runs(run)
     by_image = {name: [argv for argv in runs if argv[-2] == uri] for name, uri in uris.items()}
-    # xla: the sample on XLA and on Inductor, then the all-reduce and DDP jobs; inductor: Inductor's two only.
-    assert [len(by_image["xla"]), len(by_image["inductor"])] == ([4, 2] if gpus > 1 else [2, 1])
+    # xla: the sample on XLA and on Inductor, then the all-reduce, DDP and two sharded jobs; inductor: all but XLA's.
+    assert [len(by_image["xla"]), len(by_image["inductor"])] == ([6, 4] if gpus > 1 else [2, 1])
     assert all(argv[:5] == ["docker", "run", "--rm", "--gpus", "all"] and argv[-1] == "train" for argv in runs)
     for name in FLAVOURS:
         assert f"GPU gate passed ({name} image, {gpus} GPU(s))" in run.output
-    assert "1/4 skipped: the inductor image has no XLA" in run.output
-    assert ("3/4 and 4/4 skipped" in run.output) == (gpus == 1)
+    assert "1/6 skipped: the inductor image has no XLA" in run.output
+    assert ("3/6 to 6/6 skipped" in run.output) == (gpus == 1)
+    assert ("6/6: the Trainer with --fsdp" in run.output) == (gpus > 1)
     last_gpu_run = max(i for i, c in enumerate(run.calls) if "--gpus" in c["argv"])
     assert run.index("docker", "push") > last_gpu_run
 

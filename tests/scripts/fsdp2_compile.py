@@ -34,8 +34,12 @@ args = p.parse_args()
 
 world = int(os.environ.get("WORLD_SIZE", "1"))
 rank = int(os.environ.get("RANK", "0"))
+device = torch.device("cpu")
+if torch.cuda.is_available():   # the GPU gate: one GPU per worker, NCCL
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(device)
 if world > 1:
-    dist.init_process_group("gloo")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
 
 class Block(nn.Module):
@@ -62,7 +66,7 @@ class Model(nn.Module):
 
 
 torch.manual_seed(0)   # the same initial weights on every rank, and in a single process
-model = Model()
+model = Model().to(device)
 early_optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2) if args.optimizer_before_sharding == "yes" else None
 sharded = False
 if world > 1:
@@ -119,7 +123,7 @@ def save(step: int) -> None:
 global_batch = 8
 for step in range(start, args.steps):
     # each step's batch from its own seed: a resumed run sees the batches the uninterrupted one saw
-    x = torch.randn(global_batch, 32, generator=torch.Generator().manual_seed(1000 + step))
+    x = torch.randn(global_batch, 32, generator=torch.Generator().manual_seed(1000 + step)).to(device)
     y = x.sum(dim=1) / 8
     per_rank = global_batch // world
     mine = slice(rank * per_rank, (rank + 1) * per_rank)
@@ -142,6 +146,6 @@ for step in range(start, args.steps):
 if rank == 0:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "losses.json"), "w") as f:
-        json.dump({"losses": losses, "world": world, "sharded": sharded}, f)
+        json.dump({"losses": losses, "world": world, "sharded": sharded, "device": device.type}, f)
 if world > 1:
     dist.destroy_process_group()

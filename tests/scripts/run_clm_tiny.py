@@ -91,7 +91,9 @@ def main():
         with open(os.path.join(out, "trainer_metrics.json"), "w") as f:
             json.dump({"device": str(training_args.device), "losses": losses,
                        "train_loss": result.training_loss, "blocks": len(lm_dataset),
-                       "torch_xla_imported": "torch_xla" in sys.modules}, f)
+                       "torch_xla_imported": "torch_xla" in sys.modules,
+                       # FSDP2 (--fsdp with fsdp_version 2) leaves DTensor parameters; DDP plain ones
+                       "sharded": any(type(p).__name__ == "DTensor" for p in trainer.model.parameters())}, f)
 
 
 def _mp_fn(index):
