@@ -239,3 +239,24 @@ def test_an_optimizer_created_before_fully_shard_is_a_loud_finding(make_job):
     assert fine.read_json("output/data/job-summary.json")["findings"] == []
     trained = json.loads((fine.model / "losses.json").read_text())["losses"]
     assert trained[0] == pytest.approx(losses[0]) and trained[-1] < losses[-1]   # the same start; only this one learnt
+
+
+@pytest.mark.parametrize(("samples", "drop_last", "said"), [
+    (11, "no", "the data set's 11 samples do not divide among the 2 ranks, so each epoch it repeats 1 of them to "
+               "give every rank 6 (drop_last=False)"),
+    (10, "no", None), (11, "yes", None)])
+def test_a_data_set_that_does_not_divide_among_the_ranks_is_a_finding(make_job, samples, drop_last, said):
+    """DistributedSampler evens the ranks out by repeating samples: a finding on every rank, in the summary too,
+    when the sizes do not divide and nothing is dropped; silence otherwise."""
+    job = make_job(script="uneven_sampler.py", **SENT["torch_distributed"], **BACKENDS["eager"], samples=samples,
+                   drop_last=drop_last)
+    result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 0, result.output[-3000:]
+    seen = [json.loads((job.model / f"indices-rank{rank}.json").read_text()) for rank in range(2)]
+    findings = job.read_json("output/data/job-summary.json")["findings"]
+    if said:
+        assert sorted(seen[0] + seen[1]) == [0, 0, *range(1, samples)]   # what the finding says: sample 0 twice
+        assert all(f"rank {rank}: DistributedSampler: {said}" in result.output for rank in (0, 1))
+        assert len(findings) == 1 and said in findings[0], findings
+    else:
+        assert "DistributedSampler" not in result.output and findings == []

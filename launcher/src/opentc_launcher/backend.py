@@ -31,6 +31,7 @@ from .published_cache import WorkingCopy
 from .script import Program
 from .setting_names import setting
 from .steps import StepCounter
+from .uneven_shards import UnevenShardsCheck
 
 log = logging.getLogger("opentc_launcher")
 
@@ -88,12 +89,15 @@ class WorkerSession:
         self.process = process   # rank<N> (or rank<N>-spawned<K>): names its report and its cache folder
         self.steps = StepCounter(self.after_step)
         self.batches = BatchWatch()
-        self.idle_optimizers = IdleOptimizerCheck(identity.rank)
+        self.findings: list[str] = []   # what the checks below found wrong with the script, for the record
+        self.idle_optimizers = IdleOptimizerCheck(identity.rank, self.findings)
+        self.uneven_shards = UnevenShardsCheck(identity.rank, self.findings)
         self._stopping = threading.Lock()
 
     def start(self) -> None:
         self.steps.install()
         self.idle_optimizers.install()
+        self.uneven_shards.install()
         if self.options.summary_dir:
             self.batches.install()
 
@@ -153,7 +157,7 @@ class WorkerSession:
             "compile": None if report is None else {
                 "seconds": report.compile_seconds_total, "graphs_compiled": report.graphs_compiled,
                 "cache_hits": report.persistent_cache.get("hits", 0)},
-            "findings": list(self.idle_optimizers.found),
+            "findings": list(self.findings),
         }
 
 

@@ -33,9 +33,9 @@ def finding(optimizer: Any) -> str | None:
 class IdleOptimizerCheck:
     """Checks each optimizer's first step; what it found is in `found` (for the worker's record) and the log."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, found: list[str]):
         self.rank = rank
-        self.found: list[str] = []
+        self.found = found
         self._checked: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def install(self) -> IdleOptimizerCheck:
