@@ -8,6 +8,7 @@ where a script's data does not, said once per data set size and world size.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from types import ModuleType
 from typing import Any
@@ -49,10 +50,8 @@ class UnevenShardsCheck:
 
         def init_checked(sampler: Any, *args: Any, **kwargs: Any) -> None:
             original(sampler, *args, **kwargs)
-            try:
+            with contextlib.suppress(Exception):   # a data set without len(): nothing to say
                 check(len(sampler.dataset), sampler.num_replicas, sampler.drop_last)
-            except Exception:  # noqa: BLE001,S110  (a data set without len(): nothing to say)
-                pass
 
         replace_once(distributed.DistributedSampler, "__init__", init_checked)
 
