@@ -65,3 +65,27 @@ def test_committed_startup_results_render_as_the_results_file_shows():
     table = startup_benchmark.render(results)
     assert table == results["table"]
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_committed_sharding_results_render_as_the_results_file_shows():
+    import sharding_benchmark
+
+    results = json.loads((REPO / "benchmarks" / "results" / "sharding.json").read_text())
+    table = sharding_benchmark.render(results)
+    assert table == results["table"]
+    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_sharding_worker_fsdp2_holds_less_model_state_than_ddp():
+    """Two real workers over gloo, a tiny model, two steps: FSDP2 each worker holds half of DDP's model state, and
+    both train to the same loss."""
+    import sharding_benchmark
+
+    tiny = {"width": 32, "depth": 2, "batch": 8, "warmup": 1, "steps": 1, "timeout": 120}
+    ddp = sharding_benchmark.run_config(sys.executable, "ddp", False, **tiny)
+    fsdp = sharding_benchmark.run_config(sys.executable, "fsdp2", False, **tiny)
+    assert [r["sharded"] for r in fsdp["ranks"]] == [True, True] and not ddp["ranks"][0]["sharded"]
+    full = ddp["ranks"][0]["model_state_bytes"]
+    assert full == pytest.approx(4 * 4 * ddp["parameters"], rel=1e-3)   # float32 weights, grads, 2 moments
+    assert all(0.4 * full < r["model_state_bytes"] < 0.6 * full for r in fsdp["ranks"])
+    assert fsdp["final_loss"] == pytest.approx(ddp["final_loss"], rel=1e-5)
