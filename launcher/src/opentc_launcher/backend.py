@@ -29,6 +29,7 @@ from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, 
 from .options import ALL_DEFAULTS, WorkerOptions, off_names
 from .published_cache import WorkingCopy
 from .script import Program
+from .script_findings import ScriptFindings
 from .setting_names import setting
 from .steps import StepCounter
 from .uneven_shards import UnevenShardsCheck
@@ -89,9 +90,9 @@ class WorkerSession:
         self.process = process   # rank<N> (or rank<N>-spawned<K>): names its report and its cache folder
         self.steps = StepCounter(self.after_step)
         self.batches = BatchWatch()
-        self.findings: list[str] = []   # what the checks below found wrong with the script, for the record
-        self.idle_optimizers = IdleOptimizerCheck(identity.rank, self.findings)
-        self.uneven_shards = UnevenShardsCheck(identity.rank, self.findings)
+        self.findings = ScriptFindings(identity.rank)
+        self.idle_optimizers = IdleOptimizerCheck(self.findings)
+        self.uneven_shards = UnevenShardsCheck(self.findings)
         self._stopping = threading.Lock()
 
     def start(self) -> None:
@@ -157,7 +158,7 @@ class WorkerSession:
             "compile": None if report is None else {
                 "seconds": report.compile_seconds_total, "graphs_compiled": report.graphs_compiled,
                 "cache_hits": report.persistent_cache.get("hits", 0)},
-            "findings": list(self.findings),
+            "findings": list(self.findings.found),
         }
 
 

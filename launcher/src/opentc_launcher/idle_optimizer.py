@@ -8,14 +8,12 @@ closure, which computes the gradients itself, is left to the next), so a long jo
 
 from __future__ import annotations
 
-import logging
 import weakref
 from types import ModuleType
 from typing import Any
 
 from .after_import import when_imported
-
-log = logging.getLogger("opentc_launcher")
+from .script_findings import ScriptFindings
 
 
 def finding(optimizer: Any) -> str | None:
@@ -31,11 +29,10 @@ def finding(optimizer: Any) -> str | None:
 
 
 class IdleOptimizerCheck:
-    """Checks each optimizer's first step; what it found is in `found` (for the worker's record) and the log."""
+    """Checks each optimizer's first step; what it finds goes to `findings`."""
 
-    def __init__(self, rank: int, found: list[str]):
-        self.rank = rank
-        self.found = found
+    def __init__(self, findings: ScriptFindings):
+        self.findings = findings
         self._checked: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def install(self) -> IdleOptimizerCheck:
@@ -55,5 +52,4 @@ class IdleOptimizerCheck:
         self._checked.add(optimizer)
         problem = finding(optimizer)
         if problem:
-            self.found.append(problem)
-            log.warning("rank %d: %s", self.rank, problem)
+            self.findings.add(problem)

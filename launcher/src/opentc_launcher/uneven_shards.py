@@ -9,14 +9,12 @@ where a script's data does not, said once per data set size and world size.
 from __future__ import annotations
 
 import contextlib
-import logging
 from types import ModuleType
 from typing import Any
 
 from .after_import import when_imported
 from .replace import replace_once
-
-log = logging.getLogger("opentc_launcher")
+from .script_findings import ScriptFindings
 
 
 def finding(samples: int, ranks: int) -> str | None:
@@ -31,11 +29,10 @@ def finding(samples: int, ranks: int) -> str | None:
 
 
 class UnevenShardsCheck:
-    """Hooks DistributedSampler once torch is imported; what it found goes into `found` and the log."""
+    """Hooks DistributedSampler once torch is imported; what it finds goes to `findings`."""
 
-    def __init__(self, rank: int, found: list[str]):
-        self.rank = rank
-        self.found = found
+    def __init__(self, findings: ScriptFindings):
+        self.findings = findings
         self._said: set[tuple[int, int]] = set()
 
     def install(self) -> UnevenShardsCheck:
@@ -59,5 +56,4 @@ class UnevenShardsCheck:
         problem = None if drop_last or (samples, ranks) in self._said else finding(samples, ranks)
         if problem:
             self._said.add((samples, ranks))
-            self.found.append(problem)
-            log.warning("rank %d: %s", self.rank, problem)
+            self.findings.add(problem)

@@ -64,14 +64,18 @@ def asks(value: Any) -> bool:
     return not (isinstance(value, str) and flag(value) is False)
 
 
+def shown(value: Any) -> str:
+    """A hyperparameter's value as a message quotes it: its JSON, cut short past 60 characters."""
+    sent = json.dumps(value, ensure_ascii=False)
+    return sent if len(sent) <= 60 else sent[:50] + "..."
+
+
 def read_distribution(framework_params: Mapping[str, Any], script_params: Mapping[str, Any]) -> Distribution:
     """The distribution the job's hyperparameters ask for; a distribution this image cannot run is refused
     (BadInput: exit code 2, before anything starts), naming the key, why, and what to use instead."""
     for key, what in REFUSED.items():
         if key in framework_params and asks(framework_params[key]):
-            sent = json.dumps(framework_params[key], ensure_ascii=False)
-            sent = sent if len(sent) <= 60 else sent[:50] + "..."
-            raise BadInput(f"hyperparameter {key}={sent} asks for {what}: this image "
+            raise BadInput(f"hyperparameter {key}={shown(framework_params[key])} asks for {what}: this image "
                            f"cannot run it, and would otherwise run one worker per host without saying so. Use "
                            f"{INSTEAD}.")
     if MODEL_PARALLEL in script_params and "sagemaker_distributed_dataparallel_enabled" in framework_params:

@@ -10,22 +10,16 @@ shard over gloo; that is the way the refusal names.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from opentc_launcher.env_values import flag
 
-from .distributions import asks
+from .distributions import asks, shown
 from .not_started import BadInput
 
 TRAINER_FSDP = "fsdp"                         # the Trainer's argument, as a hyperparameter (fsdp_config alone is inert)
 ACCELERATE_FSDP = "ACCELERATE_USE_FSDP"       # accelerate's switch, from the job's environment
-
-
-def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return json.dumps(text if len(text) <= 60 else text[:50] + "...", ensure_ascii=False)
 
 
 def check_sharding(script_params: Mapping[str, Any], env: Mapping[str, str], device: str) -> None:
@@ -34,7 +28,7 @@ def check_sharding(script_params: Mapping[str, Any], env: Mapping[str, str], dev
         return
     asked = []
     if asks(script_params.get(TRAINER_FSDP)):
-        asked.append(f"hyperparameter {TRAINER_FSDP}={_shown(script_params[TRAINER_FSDP])}")
+        asked.append(f"hyperparameter {TRAINER_FSDP}={shown(script_params[TRAINER_FSDP])}")
     if flag(env.get(ACCELERATE_FSDP, "")):
         asked.append(f"the environment variable {ACCELERATE_FSDP}={env[ACCELERATE_FSDP]}")
     if asked:
