@@ -1,11 +1,15 @@
 """One measurement in a fresh process (so compile caches and imports never leak between measurements).
 
     python bench_worker.py --backend eager|xla|inductor --config tiny --seq 64 --batch 8 --steps 20 [--dynamic]
-                           [--cache-dir D] [--dtype bf16]
+                           [--cache-dir D] [--dtype bf16] [--regional]
 
-Prints one JSON line: median steady-state step time, tokens/s, graphs compiled, compile seconds, peak memory, and
-the time from BENCH_T0 (the parent's clock when it started this process) to the end of the first step.
-Inductor compiles the model with torch.compile (default mode), its caches in --cache-dir when given.
+Prints one JSON line: median steady-state step time, tokens/s, the model's FLOPs per token (6N plus attention, for
+MFU), graphs compiled, compile seconds, peak memory, and the time from BENCH_T0 (the parent's clock when it started
+this process) to the end of the first step. A batch that does not fit the GPU's memory prints {"oom": true, ...}
+instead (exit code 0): dev/gpu-kit's largest-batch search tries each batch in a fresh process.
+Inductor compiles the model with torch.compile (default mode), its caches in --cache-dir when given; with --regional
+that torch.compile is the Inductor backend's regional default's (each repeated block compiled in place, one graph
+shared: opentc_launcher.inductor.regional), else torch's own (the whole model, one graph).
 --dtype bf16 runs the forward pass under bf16 autocast (mixed precision; the weights stay float32).
 Started by a launcher with several workers (WORLD_SIZE > 1: opentc-run, torchrun), it trains with
 DistributedDataParallel over NCCL on GPUs (gloo on CPUs), compiled as DDP(torch.compile(model)); rank 0 prints
@@ -26,6 +30,8 @@ CONFIGS = {
     "tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_inner": 256},
     # A small GPT-2: a quarter of GPT-2 small's depth and a third of its width.
     "small": {"n_layer": 4, "n_head": 4, "n_embd": 256, "n_inner": 1024},
+    # A 12-layer GPT-2 of the small one's width: depth is what regional compilation saves on.
+    "gpt2-12": {"n_layer": 12, "n_head": 4, "n_embd": 256, "n_inner": 1024},
     # GPT-2 small itself (124M parameters with its vocabulary): what the GPU figures use.
     "gpt2": {"n_layer": 12, "n_head": 12, "n_embd": 768},
 }
@@ -44,6 +50,7 @@ def main():
     p.add_argument("--dynamic", action="store_true", help="a different sequence length at every step")
     p.add_argument("--cache-dir", default="")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--regional", action="store_true", help="inductor: compile each repeated block in place")
     args = p.parse_args()
     t0 = float(os.environ.get("BENCH_T0", time.time()))
     if args.backend == "inductor":   # read when Inductor first compiles; without --cache-dir a cold one of its own
@@ -88,6 +95,7 @@ def main():
     config = GPT2Config(vocab_size=vocab, n_positions=args.seq, resid_pdrop=0.0, embd_pdrop=0.0,
                         attn_pdrop=0.0, **CONFIGS[args.config])
     model = GPT2LMHeadModel(config).to(device).train()
+    flops = flops_per_token(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     compile_seconds = []
     if args.backend == "inductor":
@@ -96,6 +104,10 @@ def main():
         started = []
         callback.on_compile_start(lambda *_: started.append(time.perf_counter()))
         callback.on_compile_end(lambda *_: compile_seconds.append(time.perf_counter() - started.pop()))
+        if args.regional:
+            from opentc_launcher.inductor.regional import patch_torch_compile
+
+            patch_torch_compile(torch, lambda words: None)
         model = torch.compile(model)
     if world > 1:   # after compiling: DDP(torch.compile(model)) is the order that compiles (docs/compilers.md)
         from torch.nn.parallel import DistributedDataParallel
@@ -106,31 +118,25 @@ def main():
     generator = torch.Generator().manual_seed(int(os.environ.get("RANK", "0")))
     lengths = [args.seq - 8 * (i % 8) for i in range(args.warmup + args.steps)] if args.dynamic else None
 
-    times, tokens, first_step_end = [], [], None
-    for step in range(args.warmup + args.steps):
-        length = lengths[step] if lengths else args.seq
-        batch = torch.randint(0, vocab, (args.batch, length), generator=generator)
-        start = time.perf_counter()
-        batch = batch.to(device)
-        with autocast:
-            loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        finish_step()
-        elapsed = time.perf_counter() - start
-        if first_step_end is None:
-            first_step_end = time.time()
-        if step >= args.warmup:
-            times.append(elapsed)
-            tokens.append(args.batch * length * world)
+    times: list[float] = []
+    tokens: list[int] = []
+    try:
+        loss = train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, times,
+                     tokens)
+    except torch.cuda.OutOfMemoryError:
+        print("BENCH_RESULT " + json.dumps({"oom": True, "backend": args.backend, "config": args.config,
+                                            "batch": args.batch, "seq": args.seq, "dtype": args.dtype}), flush=True)
+        return
+    first_step_end = FIRST_STEP_END[0]
 
     result = {
-        "backend": args.backend, "config": args.config, "device": str(device), "batch": args.batch,
+        "backend": args.backend, "regional": args.regional, "config": args.config, "device": str(device),
+        "batch": args.batch,
         "seq": args.seq, "dynamic": args.dynamic, "steps": args.steps, "dtype": args.dtype, "world": world,
         "median_step_s": statistics.median(times),
         "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times, strict=True)),
         "first_step_done_s": first_step_end - t0,
+        "flops_per_token": flops,
         "final_loss": float(loss.detach().to("cpu")),
         "peak_memory_mb": peak_memory_mb(device),
     }
@@ -152,6 +158,43 @@ def main():
         if int(os.environ.get("RANK", "0")) != 0:
             return
     print("BENCH_RESULT " + json.dumps(result), flush=True)
+
+
+FIRST_STEP_END: list[float] = []
+
+
+def train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, times, tokens):
+    """The measured loop: warm-up steps, then the steps whose times and tokens are kept; the last loss."""
+    import torch
+
+    loss = None
+    for step in range(args.warmup + args.steps):
+        length = lengths[step] if lengths else args.seq
+        batch = torch.randint(0, vocab, (args.batch, length), generator=generator)
+        start = time.perf_counter()
+        batch = batch.to(device)
+        with autocast:
+            loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        finish_step()
+        elapsed = time.perf_counter() - start
+        if not FIRST_STEP_END:
+            FIRST_STEP_END.append(time.time())
+        if step >= args.warmup:
+            times.append(elapsed)
+            tokens.append(args.batch * length * world)
+    return loss
+
+
+def flops_per_token(model) -> float:
+    """A training step's FLOPs per token (forward and backward): 6N for the weights' matrix multiplies, N the
+    parameters without the position embeddings (the output layer shares the token embeddings: counted once), plus
+    12 x layers x width x sequence for attention's (PaLM's estimate, as nanoGPT and llm.c count it for MFU)."""
+    config = model.config
+    weights = sum(p.numel() for p in model.parameters()) - model.transformer.wpe.weight.numel()
+    return 6 * weights + 12 * config.n_layer * config.n_embd * config.n_positions
 
 
 def peak_memory_mb(device) -> float:

@@ -135,6 +135,17 @@ def test_more_workers_than_any_host_can_run_is_refused_before_anything_starts(ma
     assert result.seconds < 60
 
 
+def test_a_refusal_of_the_settings_comes_before_requirements_txt_is_installed(make_job):
+    """Issue 31 B: the worker count (and every other setting the launch plan decides) is refused before pip runs:
+    here pip would have failed (exit code 1) on a package it cannot find, offline."""
+    job = bad_job(make_job)
+    job.set_hyperparameters(sagemaker_torch_distributed_enabled=True)
+    (job.root / "code" / "requirements.txt").write_text("--no-index\nopentc-no-such-package==1.0\n")
+    result = run_train(job, timeout=120, OPENTC_WORKERS_PER_HOST="100000")
+    assert_refused(job, result, "OPENTC_WORKERS_PER_HOST asks for 100000 workers on this host")
+    assert "requirements.txt" not in result.output and "pip" not in result.output, result.output[-3000:]
+
+
 def test_a_requirement_that_would_move_torch_is_refused_naming_the_pin(make_job):
     import importlib.metadata as metadata
 

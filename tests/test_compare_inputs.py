@@ -314,3 +314,18 @@ def test_an_s3_endpoint_where_nothing_listens_is_named():
 def test_a_bad_s3_timeout_is_refused_naming_the_variable(value):
     result = compare(URI, **_s3(free_port(), OPENTC_COMPARE_S3_TIMEOUT=value))
     refused(result, f"environment variable OPENTC_COMPARE_S3_TIMEOUT='{value}' is not accepted", "seconds above 0")
+
+
+def test_missing_values_are_said_to_be_unknown_never_printed_as_none(tmp_path):
+    """Issue 31 I: a summary with nulls (a job that failed before it knew its backend, workers or exit code) printed
+    "None (job)", "failed (exit code None)" and "None (0)"."""
+    job = summary_job(tmp_path / "job", job_name="job", backend=None, workers=None, hosts=[],
+                      outcome={"succeeded": False, "exit_code": None})
+    result = compare(job)
+    assert result.returncode == 0, result.stderr
+    assert "None" not in result.stdout, result.stdout
+    assert "| | unknown backend (job) |" in result.stdout
+    assert "| outcome | failed (exit code unknown) |" in result.stdout
+    assert "workers (hosts)" not in result.stdout   # nothing known: no row
+    partial = summary_job(tmp_path / "partial", job_name="partial", workers=None, hosts=["algo-1"])
+    assert "| workers (hosts) | - (1) |" in compare(partial).stdout

@@ -83,6 +83,23 @@ def test_item_every_step_is_an_explicit_evaluation(tmp_path):
     assert "log less often" in report["findings"][0]["fix"]
 
 
+@pytest.mark.parametrize("optimizer", ["torch", "syncfree"])
+def test_fp16_loss_scaling_that_reads_the_host_each_step_is_named_with_its_fix(tmp_path, optimizer):
+    """A plain loop's GradScaler with torch's AdamW checks for overflow on the host every step; with torch-xla's
+    scaler and a sync-free optimizer it does not, and the report is clean."""
+    proc, report = run_worker("fp16_scaler.py", tmp_path, "--optimizer", optimizer)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    if optimizer == "torch":
+        assert report["loss_scaling_host_checks"] == {"AdamW": 12}, report
+        assert report["steps_with_host_reads"] == 11, report
+        assert "fp16 loss scaling reads them: GradScaler.step checked for overflow on the host before stepping " \
+               "AdamW (12 steps)" in problems(report)
+        assert "torch_xla.amp.syncfree" in report["findings"][0]["fix"] and "bf16" in report["findings"][0]["fix"]
+    else:
+        assert report["loss_scaling_host_checks"] == {} and report["steps_with_host_reads"] == 0, report
+        assert report["findings"] == [], report
+
+
 def test_op_without_a_lowering_is_named(tmp_path):
     proc, report = run_worker("fallback_op.py", tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -171,3 +171,17 @@ def test_a_job_on_a_host_whose_driver_is_too_old_stops_before_the_script(nvml, m
     assert result.returncode == 2, result.output[-3000:]
     assert job.failure.startswith("Training not started: " + old_driver_message()), job.failure
     assert not (job.model / "argv.json").exists()
+
+
+@pytest.mark.parametrize("reported", ["0", "-5"])
+def test_a_driver_that_reports_no_cuda_version_is_said_to(nvml, tmp_path, reported):
+    """Issue 31 I: a driver whose cuDriverGetVersion gives 0 (or less) read 'supports CUDA 0.0' ('CUDA -1.99')."""
+    env = driver_env(nvml, 1, SM_MODEL_DIR=str(tmp_path), STUB_CUDA_DRIVER=reported,
+                     STUB_DRIVER_VERSION="470.82.01")
+    result = subprocess.run([str(BIN / "opentc-worker"), "--backend", "eager", "--device", "cuda",
+                             str(SCRIPTS / "argv_echo.py")], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert ("the host's NVIDIA driver 470.82.01 reports no CUDA version (cuDriverGetVersion gave 0 or less); this "
+            "image's torch") in result.stdout, result.stdout[-3000:]
+    assert "CUDA 0.0" not in result.stdout and "CUDA -" not in result.stdout

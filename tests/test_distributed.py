@@ -5,12 +5,13 @@ named 127.0.0.1 and localhost so that both names resolve here, as algo-1 and alg
 """
 
 import os
+import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import TRAIN, SilentServer, free_port, run_train, start_train, stop, train_env
+from conftest import TRAIN, SilentServer, free_port, run_train, start_train, stop, train_env, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
@@ -96,10 +97,43 @@ def test_two_hosts_two_workers_each_rendezvous_on_the_first_host(make_job, tmp_p
     assert all(job.succeeded for job in jobs)
 
 
+def test_the_hosts_end_together_so_that_a_local_mode_compose_cannot_cut_one_short(make_job, tmp_path):
+    """Issue 31 J: the SageMaker SDK's local mode stops every container as soon as the first one exits, and a host
+    still in its wrap-up lost its verdict. Here the harness does what compose does (SIGTERM to the other host the
+    moment one `train` exits) while the second host takes seconds longer to end (its script left a process behind
+    that ignores SIGTERM): both hosts' verdicts are written before either exits, and both succeed."""
+    hosts = ["127.0.0.1", "localhost"]
+    port = str(free_port())
+    jobs = []
+    for host in hosts:
+        job = make_job(f"end-{host}", script="stubborn_orphan.py", sagemaker_torch_distributed_enabled=True,
+                       sagemaker_training_compiler_enabled=False, orphan="yes" if host == "localhost" else "no")
+        job.set_hosts(hosts, current=host)
+        jobs.append(job)
+    procs = [start_train(job, tmp_path / f"{i}.log", MASTER_PORT=port, OPENTC_PEER_TIMEOUT="60")
+             for i, job in enumerate(jobs)]
+    try:
+        wait_for(lambda: any(p.poll() is not None for p in procs), 300, "a host to end", log_path=tmp_path / "0.log")
+        ended = next(i for i, p in enumerate(procs) if p.poll() is not None)
+        verdicts = [job.succeeded or job.failure is not None for job in jobs]
+        procs[1 - ended].send_signal(signal.SIGTERM)        # compose stops the rest at once
+        for proc in procs:
+            proc.wait(timeout=120)
+    finally:
+        for proc in procs:
+            stop(proc)
+    logs = [(tmp_path / f"{i}.log").read_text() for i in range(2)]
+    assert verdicts == [True, True], f"host {ended} ended before the other's verdict:\n" + logs[1 - ended][-3000:]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    assert all(job.succeeded for job in jobs)
+    assert "waiting for the other hosts to write their verdicts too" in logs[0]
+    assert all(job.read_json(f"model/sum-rank{rank}.txt") == 2.0 for rank, job in enumerate(jobs))
+
+
 def test_unreachable_peer_fails_naming_it(make_job):
     job = distributed_job(make_job, compiler=False)
     job.set_hosts(["127.0.0.1", "algo-2.invalid"], current="127.0.0.1")
-    result = run_train(job, OPENTC_PEER_TIMEOUT="1")
+    result = run_train(job, OPENTC_PEER_TIMEOUT="1", OPENTC_HOSTS_END_TIMEOUT="1")
     assert result.returncode == 3
     assert job.failure.startswith("Training not started: host algo-2.invalid could not be reached: its "
                                   "name did not resolve within 1 s")
@@ -152,10 +186,12 @@ def test_a_rendezvous_port_held_by_another_program_ends_with_exit_3_naming_it(ma
     try:
         job = distributed_job(make_job, compiler=False)
         job.set_hosts(["127.0.0.1", "localhost"], current=current)
-        result = run_train(job, timeout=120, MASTER_PORT=str(service.port), OPENTC_PEER_TIMEOUT="3")
+        result = run_train(job, timeout=120, MASTER_PORT=str(service.port), OPENTC_PEER_TIMEOUT="3",
+                           OPENTC_HOSTS_END_TIMEOUT="3")
     finally:
         service.close()
     assert result.returncode == 3, result.output[-4000:]
+    # Bounded by the two settings (3 s each), not by their defaults (300 s for the peers, 60 s for the hosts' end).
     assert result.seconds < 60, result.seconds
     lines = job.failure.splitlines()
     assert lines[0] == ("Training failed before any training script ran: the launcher ended with exit code 3 on "

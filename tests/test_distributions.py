@@ -12,15 +12,27 @@ import pytest
 
 from conftest import SCRIPTS, run_train, start_train, stop, wait_for
 from opentc_toolkit.compiler import CompilerSettings
-from opentc_toolkit.distributions import REFUSED, TORCH_DISTRIBUTED, XLA_MULTI_WORKER, read_distribution
+from opentc_toolkit.distributions import (
+    INSTEAD,
+    PYTORCH_DDP,
+    REFUSED,
+    SMDDP,
+    SMDDP_MPI_OPTIONS,
+    TORCH_DISTRIBUTED,
+    XLA_MULTI_WORKER,
+    read_distribution,
+)
 from opentc_toolkit.job import decode_hyperparameters
 from opentc_toolkit.not_started import BadInput
 
 # What sagemaker 2.257's PyTorch(distribution=...) sends (decoded; the tests encode them as the SDK does).
 SENT = {
     "torch_distributed": {TORCH_DISTRIBUTED: True, "sagemaker_instance_type": "ml.g5.12xlarge"},
-    "pytorchddp": {"sagemaker_distributed_dataparallel_enabled": True, "sagemaker_instance_type": "local",
-                   "sagemaker_distributed_dataparallel_custom_mpi_options": ""},
+    # PyTorch(distribution={"pytorchddp": ...}), which the SDK rewrites to smdistributed's dataparallel, and
+    # {"smdistributed": {"dataparallel": {"enabled": True}}}: the same keys
+    "pytorchddp": {SMDDP: True, "sagemaker_instance_type": "local", SMDDP_MPI_OPTIONS: ""},
+    # HuggingFace(distribution={"pytorchddp": ...})
+    "hf_pytorchddp": {PYTORCH_DDP: True, "sagemaker_instance_type": "local"},
     "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
             "sagemaker_mpi_custom_mpi_options": ""},
     "parameter_server": {"sagemaker_parameter_server_enabled": True},
@@ -51,7 +63,8 @@ def test_every_other_distribution_key_is_refused_when_it_asks_for_something(key)
     with pytest.raises(BadInput) as raised:
         read_distribution({key: True if key.endswith("_enabled") else "x"}, {})
     assert str(raised.value).startswith(f"hyperparameter {key}=")
-    assert 'Use distribution={"torch_distributed": {"enabled": True}}' in str(raised.value)
+    instead = REFUSED[key][1]
+    assert (f"Use {INSTEAD}." if instead is INSTEAD else f"{instead}.") in str(raised.value)
     # switched off, or empty as the SDK sends the options beside a distribution that is off: nothing asked
     assert read_distribution({key: False if key.endswith("_enabled") else ""}, {}).several_workers is False
 
@@ -77,7 +90,47 @@ def test_an_sdk_v2_torch_distributed_job_runs_a_worker_per_gpu(make_job, backend
     assert all(r["argv"] == ["--tag", "x y"] and r["all_reduce_sum"] == 3.0 for r in reports)
 
 
-@pytest.mark.parametrize("distribution", ["pytorchddp", "mpi", "parameter_server"])
+@pytest.mark.parametrize(("distribution", "key"), [("pytorchddp", SMDDP), ("hf_pytorchddp", PYTORCH_DDP)])
+def test_the_notebooks_data_parallel_baselines_run_as_pytorch_ddp(distribution, key):
+    """AWS's notebooks' native baselines: pytorchddp (as the PyTorch and the HuggingFace estimators send it) and
+    smdistributed's dataparallel ask for several workers, run as PyTorch DDP, and the log says so."""
+    settings = CompilerSettings.from_hyperparameters(SENT[distribution])
+    assert settings.multi_worker and settings.multi_worker_asked_by == (key,)
+    assert settings.setting_names()["--nproc-per-node 1"] == f"{key}=false"
+    [note] = settings.distribution_notes
+    assert note.startswith(f"{key}=true asks for ") and "smdistributed library is not in this image, so the job " \
+        "runs as PyTorch DDP" in note and "(NCCL on GPUs, gloo on CPUs)" in note and 'backend=\"nccl\"' in note
+    with pytest.raises(BadInput, match=f"hyperparameter {SMDDP_MPI_OPTIONS}=\"-x NCCL_DEBUG=INFO\" asks for custom "
+                                       f"MPI options .* without MPI"):
+        read_distribution({**SENT[distribution], SMDDP_MPI_OPTIONS: "-x NCCL_DEBUG=INFO"}, {})
+
+
+def test_a_data_parallel_baseline_trains_on_a_worker_per_gpu_and_says_how(make_job):
+    """No GPU here: OPENTC_WORKERS_PER_HOST stands in for the count, as on a CPU instance; two workers meet in
+    torch.distributed (gloo) and all-reduce."""
+    job = make_job(script="report_env.py", **SENT["pytorchddp"], **BACKENDS["eager"])
+    result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 0, result.output[-3000:]
+    assert f"launching 2 worker(s) on this host (node 0 of 1, rendezvous on 127.0.0.1; asked by {SMDDP})" \
+        in result.output
+    assert f"{SMDDP}=true asks for " in result.output and "runs as PyTorch DDP" in result.output
+    reports = [json.loads((job.model / f"env-rank{rank}.json").read_text()) for rank in range(2)]
+    assert [(r["RANK"], r["WORLD_SIZE"]) for r in reports] == [("0", "2"), ("1", "2")]
+    assert all(r["all_reduce_sum"] == 3.0 for r in reports)
+
+
+def test_a_script_that_imports_smdistributed_fails_saying_what_to_use_instead(make_job):
+    job = make_job(script="smddp_script.py", **SENT["pytorchddp"], **BACKENDS["eager"])
+    result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
+    assert result.returncode == 1, result.output[-3000:]
+    reason = job.failure.split("\n")[1]
+    assert reason.startswith("the script imports smdistributed, SageMaker's distributed training libraries"), reason
+    assert job.failure.startswith("Training failed: the training script ended with exit code 1 on rank "), job.failure
+    assert 'Use torch.distributed with backend="nccl"' in reason, reason
+    assert "ModuleNotFoundError: No module named 'smdistributed'" in job.failure
+
+
+@pytest.mark.parametrize("distribution", ["mpi", "parameter_server"])
 def test_an_sdk_v2_job_asking_for_another_distribution_fails_before_the_script(make_job, distribution):
     job = make_job(script="report_env.py", **SENT[distribution])
     result = run_train(job)
@@ -220,13 +273,14 @@ def test_an_accelerate_script_on_several_cpu_workers_is_one_data_parallel_job(ma
 
 def test_an_optimizer_created_before_fully_shard_is_a_loud_finding(make_job):
     """The model-parallel guide's pitfall: AdamW made from the model's parameters before fully_shard holds
-    parameters the sharded model no longer uses, so the job trains nothing. Each worker says so at the first step,
+    parameters the sharded model no longer uses, so the job trains nothing. Each worker says so when its script ends,
     and the job summary carries it; the same script with the optimizer made after sharding says nothing."""
     job = make_job(script="fsdp2_compile.py", **SENT["torch_distributed"], **BACKENDS["eager"], compile="no",
                    optimizer_before_sharding="yes")
     result = run_train(job, OPENTC_WORKERS_PER_HOST="2")
     assert result.returncode == 0, result.output[-3000:]
-    said = "AdamW.step() found no gradient on any of the 20 parameter(s) it holds: this job trains nothing"
+    said = ("AdamW found no gradient on any of the 20 parameter(s) it holds in any of its 8 step(s): this job trained "
+            "nothing with it")
     assert all(f"rank {rank}: {said}" in result.output for rank in (0, 1)), result.output[-3000:]
     losses = json.loads((job.model / "losses.json").read_text())["losses"]
     summary = job.read_json("output/data/job-summary.json")

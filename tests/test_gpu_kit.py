@@ -46,13 +46,22 @@ def test_the_dry_run_names_every_figure_it_takes(packed):
     assert four.returncode == 0, four.stdout
     for step in ("GPT-2 small, eager", "GPT-2 small, Inductor cold", "GPT-2 small, Inductor warm",
                  "the sample, compiler off", "the sample, Inductor cold", "the sample, Inductor warm",
-                 "the sample, side by side", "DDP over NCCL, 4 GPUs, eager", "DDP over NCCL, 4 GPUs, inductor"):
+                 "the sample, side by side", "DDP over NCCL, 4 GPUs, eager", "DDP over NCCL, 4 GPUs, inductor",
+                 "GPT-2 small, largest batch that fits, eager", "GPT-2 small, largest batch that fits, inductor",
+                 "run_clm (the seeds' job), compiler off", "run_clm (the seeds' job), Inductor",
+                 "run_clm (the seeds' job), side by side", "nested compile regions: gradients against eager"):
         assert f"- {step}: " in four.stdout, step
+    assert "largest-batch --python /tmp/opentc-gpu-kit/venv/bin/python --backend inductor" in four.stdout
+    assert "- MFU of every GPT-2 small row: " in four.stdout and "H100 989" in four.stdout
+    assert "A100 231,000 tokens/s" in four.stdout
     assert "--config gpt2 --seq 512 --batch 8 --dtype bf16" in four.stdout
     assert "--nproc-per-node 4 --backend inductor --device cuda" in four.stdout
     one = kit("plan", "--gpus", "1")
     assert one.returncode == 0 and "- DDP over NCCL: skipped, one GPU" in one.stdout
     assert "DDP over NCCL, 1 GPUs" not in one.stdout
+    for count in ("0", "-3"):
+        none = kit("plan", "--gpus", count)
+        assert none.returncode == 2 and f"--gpus {count}: the machine's GPU count, 1 or more" in none.stdout
 
 
 def test_the_install_step_works_offline_from_the_kit_alone(packed, tmp_path):

@@ -203,3 +203,23 @@ def test_compare_installs_and_runs_without_torch(sample_runs, tmp_path):
     assert result.returncode == 0, result.stderr
     assert_compared(result.stdout)
     assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
+def test_the_summary_keeps_each_kind_of_compile_finding_once_with_the_lowest_rank_that_found_it():
+    from opentc_toolkit.job_summary import findings
+
+    records = [  # by rank, as the summary reads them
+        {"process": "rank0", "findings": ["idle optimizer AdamW"],
+         "compile_findings": [{"kind": "host_reads", "text": "read back in 11 of 11 steps. To fix: x."},
+                              {"kind": "graph_breaks", "text": "2 graph break(s). To fix: y."}]},
+        {"process": "rank1", "findings": ["idle optimizer AdamW"],
+         "compile_findings": [{"kind": "host_reads", "text": "read back in 10 of 11 steps. To fix: x."},
+                              {"kind": "cpu_fallback", "text": "CPU fallback ops: aten::histc x12. To fix: z."}]},
+        {"process": "rank2"},   # a worker that found nothing (or an older record)
+    ]
+    assert findings(records) == [
+        "idle optimizer AdamW",
+        "compile report of rank0: read back in 11 of 11 steps. To fix: x.",
+        "compile report of rank0: 2 graph break(s). To fix: y.",
+        "compile report of rank1: CPU fallback ops: aten::histc x12. To fix: z.",
+    ]

@@ -115,6 +115,23 @@ def test_an_error_re_raised_by_a_dataloader_worker_shows_the_original_line_first
         "ValueError: sample 7 is empty\n(ValueError: Caught ValueError in DataLoader worker process 0.)")
 
 
+def test_an_error_from_a_process_pool_shows_the_workers_error_first():
+    """multiprocess (datasets.map(num_proc=N)) re-raises a pool worker's error from a RemoteTraceback whose text is
+    the worker's traceback between triple quotes: the worker's error is the line, not the closing quotes."""
+    class RemoteTraceback(Exception):
+        pass
+
+    def pooled():
+        try:
+            raise RemoteTraceback('\n"""\nTraceback (most recent call last):\n  File "x.py", line 3, in f\n'
+                                  'ValueError: block_size of 64 is too big - use a value <=35\n"""')
+        except RemoteTraceback as e:
+            raise ValueError("block_size of 64 is too big - use a value <=35") from e
+    assert summarize_exception(raised(pooled)) == (
+        "ValueError: block_size of 64 is too big - use a value <=35\n"
+        "(which led to ValueError: block_size of 64 is too big - use a value <=35)")
+
+
 def test_an_exception_whose_str_raises_is_named_by_its_type():
     class ShardError(Exception):
         def __str__(self):
@@ -145,3 +162,78 @@ def test_a_missing_or_broken_error_record_is_none(tmp_path, content):
         path.write_text(content)
     assert read_error_record(str(path)) is None and read_error_file(str(path)) == ("", "")
     assert read_error_record(None) is None and exit_codes.OK == 0
+
+
+# -- what a user can do about a graph break, and about a library this image does not have -------------------------
+@pytest.mark.parametrize(("wheres", "expected"), [
+    (["/opt/ml/code/train.py:42"], "move or rewrite the line named"),
+    (["/opt/venv/lib/python3.11/site-packages/transformers/models/bert/modeling_bert.py:321",
+      "/usr/lib/python3/dist-packages/huggingface_hub/dataclasses.py:88"],
+     "the break is in the code of huggingface_hub, transformers, not the script's, so no line of the script moves "
+     "it: try newer versions of them"),
+    (["/opt/ml/code/train.py:42", "/x/site-packages/six.py:10"], "; for those in six: the break is in six's code"),
+])
+def test_graph_break_advice_names_the_library_when_the_line_is_not_the_users(wheres, expected):
+    from opentc_launcher.inductor.session import GRAPH_BREAK_FIX, break_fix
+
+    fix = break_fix([{"where": where, "reason": "r", "count": 1} for where in wheres])
+    assert expected in fix, fix
+    assert fix.startswith(GRAPH_BREAK_FIX) is any("site-packages" not in w and "dist-packages" not in w for w in wheres)
+
+
+def test_a_script_that_reaches_for_smdistributed_is_told_what_to_use_instead():
+    def imports():
+        import smdistributed.dataparallel.torch.distributed  # noqa: F401
+
+    summary = summarize_exception(raised(imports))
+    first, second = summary.split("\n")
+    assert first.startswith("the script imports smdistributed, SageMaker's distributed training libraries"), first
+    assert 'Use torch.distributed with backend="nccl"' in first
+    assert second == "(ModuleNotFoundError: No module named 'smdistributed')"
+    smddp = summarize_exception(AssertionError("Unknown backend type smddp"))
+    assert smddp.startswith('the script asks torch.distributed for backend="smddp", from SageMaker') and \
+        smddp.endswith("(AssertionError: Unknown backend type smddp)")
+    assert summarize_exception(ModuleNotFoundError("No module named 'x'", name="x")) == \
+        "ModuleNotFoundError: No module named 'x'"
+
+
+# -- what a stop after the workers says -----------------------------------------------------------------------------
+class StopAfter:
+    """A supervisor whose stop arrives once `stop_requested` has been read `reads` times: a SIGTERM at a known moment
+    of the wrap-up (wrap_up reads it before and after the publication, settle once more)."""
+
+    def __init__(self, reads):
+        self.reads = reads
+
+    @property
+    def stop_requested(self):
+        self.reads -= 1
+        return signal.SIGTERM if self.reads < 0 else None
+
+
+class Published:
+    published = "/opt/ml/checkpoints/compile-cache/inductor-torch-2.7.0-cpu"
+
+    def publish(self):
+        return "published 3 files"
+
+
+@pytest.mark.parametrize(("reads", "said"), [
+    (2, "after the training script had ended with exit code 0, once the compilation cache was published "
+        "(StopTrainingJob, a spot interruption, MaxRuntime or docker stop). What the script wrote is kept, and so "
+        "is what was done after it."),
+    (1, "after the training script had ended with exit code 0, while the compilation cache was being published to "
+        "/opt/ml/checkpoints/compile-cache/inductor-torch-2.7.0-cpu (StopTrainingJob, a spot interruption, MaxRuntime "
+        "or docker stop). What the script wrote is kept; what was being done then was cut short."),
+])
+def test_a_stop_after_the_cache_was_published_does_not_say_the_publication_was_cut_short(reads, said):
+    """Issue 31 I: a SIGTERM after the publication had completed said it 'was cut short'."""
+    from opentc_toolkit.job_summary import JobRecorder
+    from opentc_toolkit.outcome import Outcome
+    from opentc_toolkit.wrap_up import wrap_up
+
+    recorder = JobRecorder()
+    recorder.cache = Published()
+    outcome = wrap_up(Outcome(exit_codes.OK), recorder, StopAfter(reads), {}, 30)
+    assert outcome.stopped and outcome.exit_code == 143
+    assert outcome.message == f"Training stopped: SIGTERM received {said}"

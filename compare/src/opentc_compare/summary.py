@@ -15,7 +15,8 @@ module is the one place its format and its one-line headline are defined.
     loss                 {source, points: [{step, loss}]}
     peak_memory_mb       the highest of the workers'; per worker in `processes`
     compile              {seconds, graphs_compiled, cache_hits} (null without a compiler)
-    findings             what the workers found wrong with the script, each once ([]: nothing)
+    findings             what the workers found wrong with the script, each once, then the compile reports' findings,
+                         one of each kind (host reads, graph breaks, ...) ([]: nothing)
     processes            per worker process: rank, optimizer_steps, peak_memory_mb, peak_memory_kind, compile ...
 """
 

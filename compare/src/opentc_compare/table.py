@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .economics import break_even, cost, saving
 from .inputs import Job
 
 Getter = Callable[[dict[str, Any]], Any]
@@ -45,7 +46,16 @@ def _outcome(summary: dict[str, Any]) -> str:
     outcome = summary.get("outcome") or {}
     if outcome.get("succeeded"):
         return "succeeded"
-    return f"{'stopped' if outcome.get('stopped') else 'failed'} (exit code {outcome.get('exit_code')})"
+    code = outcome.get("exit_code")
+    return f"{'stopped' if outcome.get('stopped') else 'failed'} (exit code {'unknown' if code is None else code})"
+
+
+def _workers(summary: dict[str, Any]) -> str | None:
+    """"2 (1)": the job's worker processes and its hosts, each "-" when the summary does not say."""
+    workers, hosts = summary.get("workers"), len(summary.get("hosts") or [])
+    if workers is None and not hosts:
+        return None
+    return f"{'-' if workers is None else workers} ({hosts or '-'})"
 
 
 def _final_loss(summary: dict[str, Any]) -> Any:
@@ -57,7 +67,7 @@ def _final_loss(summary: dict[str, Any]) -> Any:
 ROWS: tuple[tuple[str, Getter, int, float, tuple[str, bool] | None], ...] = (
     ("outcome", _outcome, 0, 1.0, None),
     ("device", _get("device"), 0, 1.0, None),
-    ("workers (hosts)", lambda s: f"{s.get('workers')} ({len(s.get('hosts') or [])})", 0, 1.0, None),
+    ("workers (hosts)", lambda s: _workers(s), 0, 1.0, None),
     ("torch", _get("versions", "torch"), 0, 1.0, None),
     ("torch-xla", _get("versions", "torch-xla"), 0, 1.0, None),
     ("transformers", _get("versions", "transformers"), 0, 1.0, None),
@@ -83,8 +93,10 @@ def unique_labels(jobs: Sequence[Job]) -> list[str]:
     return [label if labels.count(label) == 1 else f"{label} #{i + 1}" for i, label in enumerate(labels)]
 
 
-def render(jobs: Sequence[Job]) -> str:
-    """A markdown table: a row per figure, a column per job; ratio rows compare each job with the first."""
+def render(jobs: Sequence[Job], price_per_hour: float | None = None) -> str:
+    """A markdown table: a row per figure, a column per job; ratio rows compare each job with the first. With a price
+    per instance-hour, each job's cost and its saving against the first; where an eager and a compiled job are
+    compared, the break-even (economics.py). The findings of every job follow the table."""
     labels = unique_labels(jobs)
     lines = ["| | " + " | ".join(map(_cell, labels)) + " |", "|---|" + "---|" * len(jobs)]
     first = jobs[0].summary
@@ -97,4 +109,20 @@ def render(jobs: Sequence[Job]) -> str:
             ratio_name, lower_is_better = ratio
             lines.append(f"| {ratio_name} | " + " | ".join(
                 _ratio(get(first), get(job.summary), lower_is_better) for job in jobs) + " |")
-    return "\n".join(lines)
+    if price_per_hour is not None:
+        costs = [cost(job.summary, price_per_hour) for job in jobs]
+        lines.append(f"| cost (USD at {price_per_hour:g}/h per host) | " + " | ".join(_fmt(c, 4) for c in costs) + " |")
+        if len(jobs) > 1:
+            lines.append("| saving vs first (USD) | - | " + " | ".join(saving(costs[0], c) for c in costs[1:]) + " |")
+    if len(jobs) > 1:
+        pairs = ["-"] + [break_even(first, job.summary) for job in jobs[1:]]
+        if any(p != "-" for p in pairs):
+            lines.append("| compile paid back vs first after | " + " | ".join(map(_cell, pairs)) + " |")
+    return "\n".join(lines + findings(jobs, labels))
+
+
+def findings(jobs: Sequence[Job], labels: Sequence[str]) -> list[str]:
+    """The jobs' findings, under the table: what the workers and the compile reports found."""
+    found = [f"- {_cell(label)}: {_cell(text)}" for job, label in zip(jobs, labels, strict=True)
+             for text in job.summary.get("findings") or []]
+    return ["", "Findings:", *found] if found else []

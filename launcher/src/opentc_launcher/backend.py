@@ -25,12 +25,12 @@ from .cuda_driver import driver_problem
 from .failure_records import record_error
 from .identity import WorkerIdentity
 from .idle_optimizer import IdleOptimizerCheck
+from .ignored_fp16 import IgnoredFp16Check
 from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
-from .options import ALL_DEFAULTS, WorkerOptions, off_names
+from .options import WorkerOptions
 from .published_cache import WorkingCopy
 from .script import Program
 from .script_findings import ScriptFindings
-from .setting_names import setting
 from .steps import StepCounter
 from .uneven_shards import UnevenShardsCheck
 
@@ -93,12 +93,14 @@ class WorkerSession:
         self.findings = ScriptFindings(identity.rank)
         self.idle_optimizers = IdleOptimizerCheck(self.findings)
         self.uneven_shards = UnevenShardsCheck(self.findings)
+        self.ignored_fp16 = IgnoredFp16Check(self.findings)
         self._stopping = threading.Lock()
 
     def start(self) -> None:
         self.steps.install()
         self.idle_optimizers.install()
         self.uneven_shards.install()
+        self.ignored_fp16.install()
         if self.options.summary_dir:
             self.batches.install()
 
@@ -122,6 +124,7 @@ class WorkerSession:
     def write_results(self, exit_code: int, report: CompileReport | None) -> None:
         """The compile report (file and log line) and the measurements, at the end or when a limit stops the
         process."""
+        self.idle_optimizers.conclude()   # a verdict on the whole job, before the record that carries it
         if report is not None:
             log_report(report, write_compile_report(report, self.options.compile_report_dir))
         if self.options.summary_dir:
@@ -159,6 +162,8 @@ class WorkerSession:
                 "seconds": report.compile_seconds_total, "graphs_compiled": report.graphs_compiled,
                 "cache_hits": report.persistent_cache.get("hits", 0)},
             "findings": list(self.findings.found),
+            # the compile report's findings, each with its kind: the job summary keeps one of each kind
+            "compile_findings": [{"kind": f.kind, "text": f.text()} for f in report.findings] if report else [],
         }
 
 
@@ -186,19 +191,6 @@ class CompilerBackend(ABC):
         """Why `world_size` workers cannot run as decided (the message, with what works instead, in the words of the
         front end that started the launch: setting_names), or None."""
         return None
-
-    def defaults_off_refusal(self, options: WorkerOptions, env: Mapping[str, str]) -> str | None:
-        """Why the defaults asked to stay off cannot be (a name this backend does not have), or None."""
-        unknown = [n for n in off_names(options.defaults_off) if n != ALL_DEFAULTS and n not in self.optional_defaults]
-        if not unknown:
-            return None
-        option = setting("--defaults-off", env)
-        named = ", ".join(repr(n) for n in unknown)
-        if not self.optional_defaults:
-            return (f"{option} names {named}, but {self.title} has no compile-time defaults to leave off: leave it "
-                    f"empty.")
-        return (f"{option} names {named}, which {self.title} does not have: use a comma-separated list of "
-                f"{', '.join(self.optional_defaults)}, or {ALL_DEFAULTS}.")
 
     def unsynchronized_warning(self, options: WorkerOptions, world_size: int) -> str | None:
         """The warning every process prints when the launch runs anyway with a known flaw, or None."""

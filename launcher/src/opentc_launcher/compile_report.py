@@ -30,6 +30,21 @@ SHAPES_FIX = ("keep shapes static: pad every sequence to one fixed length (paddi
 class Finding:
     problem: str
     fix: str
+    kind: str = ""   # what sort of problem (RECOMPILATION, ...): a job summary keeps one finding of each kind
+
+    def text(self) -> str:
+        return f"{self.problem} To fix: {self.fix}."
+
+
+# Kinds of findings.
+RECOMPILATION = "recompilation"
+HOST_READS = "host_reads"
+CPU_FALLBACK = "cpu_fallback"
+GRAPH_BREAKS = "graph_breaks"
+NOTHING_COMPILED = "nothing_compiled"
+CACHE_LOAD_FAILURES = "cache_load_failures"
+COMPILATION_LIMIT = "compilation_limit"
+PER_LAYER_RECOMPILATION = "per_layer_recompilation"
 
 
 @dataclass
@@ -64,7 +79,7 @@ class CompileTimeline:
         where = ", ".join(str(s) for s in self.steps_with_new_graphs[:8])
         return Finding(f"{self.after_warmup} graph(s) were compiled after warm-up (step {self.warmup_steps}), at "
                        f"{self.late_points} different steps ({where}, ...): input shapes are changing between "
-                       f"steps.", SHAPES_FIX)
+                       f"steps.", SHAPES_FIX, RECOMPILATION)
 
 
 def recompilation_warning(process: str, timeline: CompileTimeline, compiles: int) -> str:
@@ -129,7 +144,7 @@ class CompileReport:
             head += f", {cache.get('hits', 0)} loaded from the persistent cache"
         if not self.findings:
             return [f"{head}; {self.clean_means}: clean."]
-        return [head + ":"] + [f"  - {f.problem} To fix: {f.fix}." for f in self.findings]
+        return [head + ":"] + [f"  - {f.text()}" for f in self.findings]
 
 
 def _plural(n: int, one: str, many: str) -> str:

@@ -54,7 +54,16 @@ def driver_cuda_version() -> tuple[int, int] | None:
             return None
     except (OSError, AttributeError):
         return None
+    if version.value <= 0:   # a driver that answers but names no CUDA version: none that torch can use
+        return (0, 0)
     return version.value // 1000, (version.value % 1000) // 10
+
+
+def supports(version: tuple[int, int]) -> str:
+    """What a driver's CUDA version says, in words: "supports CUDA 12.4", or that it names none (0, or below)."""
+    if version <= (0, 0):
+        return "reports no CUDA version (cuDriverGetVersion gave 0 or less)"
+    return f"supports CUDA {version[0]}.{version[1]}"
 
 
 def driver_version() -> str | None:
@@ -93,7 +102,7 @@ def driver_problem(env: Mapping[str, str]) -> str | None:
     name = driver_version()
     driver = f"driver {name}" if name else "driver"
     minimum = MIN_LINUX_DRIVER.get(needed[0], f"R{needed[0]}")
-    return (f"the host's NVIDIA {driver} supports CUDA {found[0]}.{found[1]}; this image's torch "
+    return (f"the host's NVIDIA {driver} {supports(found)}; this image's torch "
             f"{metadata.version('torch').split('+')[0]} is built for CUDA {needed[0]}.{needed[1]}, which needs a "
             f"driver for CUDA {needed[0]}.x (Linux {minimum} or later). Update the driver, or choose an instance "
             f"type (or AMI) whose driver is newer{_xla_image(env)}.")

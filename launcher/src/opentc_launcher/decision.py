@@ -16,7 +16,8 @@ from dataclasses import replace
 
 from .backend import LaunchRefused
 from .options import WorkerOptions
-from .registry import backend_named
+from .registry import backend_named, defaults_off_problem
+from .setting_names import setting
 
 __all__ = ["LaunchRefused", "decide", "unsynchronized_warning"]   # LaunchRefused: what decide raises
 
@@ -36,7 +37,8 @@ def decide(options: WorkerOptions, world_size: int, env: Mapping[str, str], gpu_
         raise LaunchRefused(f"backend {options.backend} cannot run: {missing}. Use a backend this environment has "
                             f"(inductor, or eager for plain PyTorch), or an image that has {backend.title}.")
     decided = replace(options, device=backend.decide_device(options.device, env, gpu_count))
-    refusal = backend.defaults_off_refusal(decided, env) or backend.multi_worker_refusal(decided, world_size, env)
+    refusal = (defaults_off_problem(decided.defaults_off, setting("--defaults-off", env))
+               or backend.multi_worker_refusal(decided, world_size, env))
     if refusal:
         raise LaunchRefused(refusal)
     return decided

@@ -13,6 +13,7 @@ import traceback
 from dataclasses import asdict, dataclass
 
 from .files import strict_json, write_json
+from .missing_libraries import explanation
 from .text import safe_str
 
 # How a DataLoader worker's (or any re-raised) exception quotes the original traceback in its message.
@@ -71,7 +72,9 @@ def read_error_file(path: str | None) -> tuple[str, str]:
 
 
 def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    """The last line that says something: not blank, and not only quotes (multiprocess's RemoteTraceback quotes the
+    pool worker's traceback between triple quotes)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip().strip("'\"")]
     return lines[-1] if lines else ""
 
 
@@ -80,22 +83,38 @@ def summarize_exception(exc: BaseException) -> str:
 
     A DataLoader worker's exception comes back as "Caught ValueError in DataLoader worker process 0." with
     the original traceback inside its message; a chained exception (`raise X from e`) hides its cause
-    further down. Either way the original error's own line goes first.
+    further down. Either way the original error's own line goes first. An error that comes from a library this image
+    does not have (missing_libraries) is preceded by what to use instead.
     """
+    hint = missing_library(exc)
+    line = _summary_line(exc, _root_cause(exc))
+    return f"{hint}\n({line})" if hint else line
+
+
+def missing_library(exc: BaseException) -> str | None:
+    """What the script reached for that this image does not have (missing_libraries), from the error or its cause."""
+    return explanation(_root_cause(exc)) or explanation(exc)
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The error that started a chain (`raise X from e`, or raised while handling e)."""
+    root, seen = exc, {id(exc)}
+    while True:
+        earlier = root.__cause__ if root.__cause__ is not None else (
+            None if root.__suppress_context__ else root.__context__)
+        if earlier is None or id(earlier) in seen:
+            return root
+        root = earlier
+        seen.add(id(root))
+
+
+def _summary_line(exc: BaseException, root: BaseException) -> str:
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     message = safe_str(exc)
     if _ORIGINAL_TRACEBACK in message:
         original = _last_line(message.split(_ORIGINAL_TRACEBACK, 1)[1])
         where = message.split(_ORIGINAL_TRACEBACK, 1)[0].strip()
         return f"{original}\n({type(exc).__name__}: {where})" if original else text
-    root, seen = exc, {id(exc)}
-    while True:
-        earlier = root.__cause__ if root.__cause__ is not None else (
-            None if root.__suppress_context__ else root.__context__)
-        if earlier is None or id(earlier) in seen:
-            break
-        root = earlier
-        seen.add(id(root))
     if root is not exc:
         original = "".join(traceback.format_exception_only(type(root), root)).strip()
         return f"{_last_line(original)}\n(which led to {_last_line(text)})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import sys
 import threading
@@ -91,13 +92,40 @@ def _deliver_again(previous_hook: Any) -> Any:
     return hook
 
 
+def _hold_stops_across_fork() -> None:
+    """Before the script forks: SIGTERM waits (blocked in the forking thread, whose mask the child inherits) until
+    each side has the disposition it needs (_after_fork_in_child, _after_fork_in_parent)."""
+    if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _after_fork_in_child() -> None:
+    """In a child the script forks (a multiprocessing pool's worker, datasets.map(num_proc=N), a DataLoader worker),
+    SIGTERM ends the process again, as its parent expects: Pool.terminate() stops its workers with SIGTERM. A worker
+    that raised Terminated instead could die holding the pool's queue lock and leave a sibling waiting on it
+    forever; and a SIGTERM that reached a child before its disposition changed was dropped by Python ("ignored due
+    to race condition"), leaving a pool worker that terminate() could not end. So the default is set while SIGTERM is
+    still blocked, and a SIGTERM that came meanwhile is taken with the default once unblocked."""
+    if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _after_fork_in_parent() -> None:
+    if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})   # a stop that came meanwhile is raised now
+
+
 def raise_terminated_on_stop() -> None:
     """SIGTERM raises Terminated in the main thread (see Terminated), delivered until the script has it; only where
-    the process's own code has not already decided what SIGTERM does."""
+    the process's own code has not already decided what SIGTERM does, and only in this process: a child it forks gets
+    SIGTERM's default back (_after_fork_in_child)."""
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
     signal.signal(signal.SIGTERM, _raise_terminated)
     sys.unraisablehook = _deliver_again(sys.unraisablehook)
+    os.register_at_fork(before=_hold_stops_across_fork, after_in_child=_after_fork_in_child,
+                        after_in_parent=_after_fork_in_parent)
 
 
 def configure_logging() -> None:

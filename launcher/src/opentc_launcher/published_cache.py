@@ -16,7 +16,15 @@ replacement, and only after a job that succeeded:
   written last, then renamed into place (the old one renamed away first, then removed). A publication cut
   between its two renames leaves a complete `.new-` folder, which the next `open()` adopts.
 
-Writers of one published folder (jobs sharing a checkpoints folder) take turns on a lock file beside it.
+Writers of one published folder (jobs sharing a checkpoints folder: a sweep, two local runs, a retried job) take turns
+on a lock file beside it for everything that reads or changes the published folder: the copy `open()` makes, and
+publication's final renames; so each job sees the old cache or the new one, whole. A publication copies without that
+lock, so the `.new-` folder it fills carries its own (PUBLISHING, held while its publisher lives: the kernel lets go
+of it when the process ends, however): `open()` clears only the `.new-` folders whose publisher is gone.
+
+The published path may be a symbolic link to a folder (a cache shared between projects): the folder it names is
+the one replaced, and the link stays. Anything else where the folder should be (a file, a link to one) is set aside
+like a damaged cache.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from .files import unwritable, write_json
 log = logging.getLogger("opentc_launcher")
 
 MANIFEST = ".opentc-manifest.json"
+PUBLISHING = ".opentc-publishing.lock"   # in a `.new-` folder: held (flock) by its publisher while it lives
 MANIFEST_FORMAT = "opentc-cache-manifest/1"
 LOCK = ".opentc-publish.lock"
 # A writer's state, not part of a cache: lock files and folders, and temporary files (Inductor's `.<pid>.<tid>.tmp`,
@@ -96,6 +105,31 @@ def _size(n: float) -> str:
     return ""
 
 
+def _publisher_alive(staged: str) -> bool:
+    """Whether the publication filling `staged` (a `.new-` folder) is still under way: its publisher holds the claim
+    inside it. A folder without a claim (taken just before the final rename, or never made) is no one's."""
+    try:
+        fd = os.open(os.path.join(staged, PUBLISHING), os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)   # closing lets go of a claim this took, if it took one
+    return False
+
+
+def _remove(path: str) -> None:
+    """A folder, a file or a link, gone (never following a link)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
 def _read_manifest(folder: str) -> dict[str, dict]:
     """{relative path: {size, sha256}} from the folder's manifest; DamagedCache when it is missing or malformed."""
     path = os.path.join(folder, MANIFEST)
@@ -129,12 +163,18 @@ class WorkingCopy:
     writable: bool = False     # whether publish() can replace the published folder (known after open())
 
     @property
+    def folder(self) -> str:
+        """The folder that is read and replaced: the published path, or the one a link there names (made by the first
+        publication when it does not exist yet)."""
+        return os.path.realpath(self.published) if os.path.islink(self.published) else self.published
+
+    @property
     def root(self) -> str:
-        return os.path.dirname(self.published)
+        return os.path.dirname(self.folder)
 
     @property
     def name(self) -> str:
-        return os.path.basename(self.published)
+        return os.path.basename(self.folder)
 
     # -- before the workers --------------------------------------------------------------------------------------
     def open(self) -> str:
@@ -157,25 +197,33 @@ class WorkingCopy:
         return f"{said} ({time.monotonic() - started:.2f} s)"
 
     def _fill(self) -> str:
-        if not os.path.isdir(self.published):
+        folder = self.folder
+        if os.path.exists(folder) and not os.path.isdir(folder):   # a file (or a link to one) where it should be
+            what = f"a link to the file {folder}" if folder != self.published else "a file"
+            return (f"set aside: {self.published} is {what}, not a folder; {self._set_aside(self.published)}; "
+                    f"compiling from nothing")
+        if not os.path.isdir(folder):
             return f"cold: nothing published in {self.published} yet"
         try:
             count, size = self._copy_checked()
         except DamagedCache as e:
             shutil.rmtree(self.working, ignore_errors=True)
             os.makedirs(self.working, exist_ok=True)
-            return f"set aside: {self.published} cannot be used, {e}; {self._set_aside()}; compiling from nothing"
+            return (f"set aside: {self.published} cannot be used, {e}; {self._set_aside(self.folder)}; compiling from "
+                    f"nothing")
         except OSError as e:
             shutil.rmtree(self.working, ignore_errors=True)
             os.makedirs(self.working, exist_ok=True)
             return f"not used: {self.published} could not be read ({type(e).__name__}: {e}); compiling from nothing"
-        return f"warm: {count} files ({_size(size)}) checked against its manifest and copied"
+        linked = f" (a link to {self.folder})" if self.folder != self.published else ""
+        return f"warm: {count} files ({_size(size)}){linked} checked against its manifest and copied"
 
     def _copy_checked(self) -> tuple[int, int]:
-        manifest = _read_manifest(self.published)
+        folder = self.folder
+        manifest = _read_manifest(folder)
         total = 0
         for relative, entry in sorted(manifest.items()):
-            source = os.path.join(self.published, relative)
+            source = os.path.join(folder, relative)
             if os.path.islink(source) or not os.path.isfile(source):
                 raise DamagedCache(f"{relative} is missing (or not a regular file)")
             size, digest = _copy_hashing(source, os.path.join(self.working, relative))
@@ -185,27 +233,31 @@ class WorkingCopy:
             total += size
         return len(manifest), total
 
-    def _set_aside(self) -> str:
+    def _set_aside(self, path: str) -> str:
+        """Rename `path` (the published folder, or what stands in its place) away, the newest kept for a look."""
         if not self.writable:
             return "left in place (its folder is not writable)"
-        target = f"{self.published}.set-aside-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+        target = f"{path}.set-aside-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
         try:
-            os.rename(self.published, target)
+            os.rename(path, target)
         except OSError as e:
             return f"could not be set aside ({e})"
         for older in self._siblings(".set-aside-"):
             if older != target:
-                shutil.rmtree(older, ignore_errors=True)
+                _remove(older)
         return f"set aside as {target}"
 
     def _recover_interrupted_publication(self) -> None:
-        complete = [p for p in self._siblings(".new-") if os.path.isfile(os.path.join(p, MANIFEST))]
-        if not os.path.isdir(self.published) and complete:
+        """Under the lock: the `.new-` folders of publications whose publisher is gone (a stop, a kill) are adopted
+        (a complete one, when nothing is published) or removed; those of a publication in progress are left alone."""
+        abandoned = [p for p in self._siblings(".new-") if not _publisher_alive(p)]
+        complete = [p for p in abandoned if os.path.isfile(os.path.join(p, MANIFEST))]
+        if not os.path.lexists(self.folder) and complete:
             newest = max(complete, key=os.path.getmtime)
-            os.rename(newest, self.published)
+            os.rename(newest, self.folder)
             log.info("compilation cache: adopted %s, a publication cut short by a stop", newest)
-        for leftover in self._siblings(".new-") + self._siblings(".old-"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        for leftover in abandoned + self._siblings(".old-"):
+            _remove(leftover)
 
     # -- after a successful job ----------------------------------------------------------------------------------
     def publish(self) -> str:
@@ -214,7 +266,10 @@ class WorkingCopy:
         if not self.writable:
             return f"not published: {self.root} is not writable"
         started = time.monotonic()
-        staged = tempfile.mkdtemp(prefix=f"{self.name}.new-", dir=self.root)
+        with self._lock():   # made and claimed together: no other job's open() can see it unclaimed
+            staged = tempfile.mkdtemp(prefix=f"{self.name}.new-", dir=self.root)
+            claim = os.open(os.path.join(staged, PUBLISHING), os.O_CREAT | os.O_RDWR, 0o644)
+            fcntl.flock(claim, fcntl.LOCK_EX)
         try:
             os.chmod(staged, 0o755)   # as os.makedirs would have made it (mkdtemp's is private)
             files, total = {}, 0
@@ -225,17 +280,22 @@ class WorkingCopy:
             # Last: a folder with its manifest is complete.
             write_json(os.path.join(staged, MANIFEST), {"format": MANIFEST_FORMAT, "files": files})
             with self._lock():
-                previous = f"{self.published}.old-{uuid.uuid4().hex}"
-                replaced = os.path.isdir(self.published)
+                os.unlink(os.path.join(staged, PUBLISHING))   # not part of the cache; the rename follows at once
+                previous = f"{self.folder}.old-{uuid.uuid4().hex}"
+                replaced = os.path.isdir(self.folder)
                 if replaced:
-                    os.rename(self.published, previous)
-                os.rename(staged, self.published)
+                    os.rename(self.folder, previous)
+                os.rename(staged, self.folder)
             if replaced:
                 shutil.rmtree(previous, ignore_errors=True)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
-        return f"published {len(files)} files ({_size(total)}) to {self.published} ({time.monotonic() - started:.2f} s)"
+        finally:
+            os.close(claim)
+        linked = f" (through the link {self.published})" if self.folder != self.published else ""
+        return (f"published {len(files)} files ({_size(total)}) to {self.folder}{linked} "
+                f"({time.monotonic() - started:.2f} s)")
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def _siblings(self, marker: str) -> list[str]:

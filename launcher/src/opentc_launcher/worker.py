@@ -21,7 +21,7 @@ from . import exit_codes
 from .arguments import add_worker_arguments
 from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import BadEnvironmentValue
-from .failure_records import record_error, summarize_exception
+from .failure_records import missing_library, record_error, summarize_exception
 from .identity import WorkerIdentity
 from .options import WorkerOptions
 from .process import (
@@ -96,6 +96,9 @@ def record_failure(exc: BaseException, exit_code: int) -> None:
     else:
         tb = format_failure(exc)
         sys.stderr.write(tb)
+        hint = missing_library(exc)
+        if hint:
+            log.error("%s", hint)
         summary = summarize_exception(exc)
     record_error(summary, tb, exit_code)
 

@@ -14,7 +14,7 @@ from opentc_launcher.cuda_driver import XLA_IMAGE_VARIABLE
 from opentc_launcher.env_values import MAX_DIGITS, whole_number
 from opentc_launcher.installed import default_compiler, why_default
 from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER, off_names
-from opentc_launcher.registry import COMPILER_NAMES, backend_named
+from opentc_launcher.registry import COMPILER_NAMES, backend_named, defaults_off_problem
 from opentc_launcher.text import shown
 
 from .distributions import XLA_MULTI_WORKER, read_distribution
@@ -71,13 +71,17 @@ def _whole_number(params: Mapping[str, Any], key: str, default: int) -> int:
 
 
 def _names(params: Mapping[str, Any], key: str) -> str:
-    """A comma-separated list of names (a JSON list of strings is accepted too); the launcher checks the names."""
+    """A comma-separated list of compile-time defaults (a JSON list of strings is accepted too), each one some backend
+    has: checked here, whatever the backend and with the compiler off, so a value gets one answer everywhere."""
     value = params.get(key, "")
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         value = ",".join(value)
     if not isinstance(value, str) or any(c in value for c in "\0\n"):
         raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use a "
                        f"comma-separated list of names, e.g. \"regional,vec_isa\", or \"all\".")
+    problem = defaults_off_problem(value, f"hyperparameter {key}")
+    if problem:
+        raise BadInput(problem)
     return ",".join(off_names(value))
 
 
@@ -100,6 +104,8 @@ class CompilerSettings:
     multi_worker: bool = False
     # What asked for several workers: hyperparameters (distributions.py) or an SDK's words, for messages.
     multi_worker_asked_by: tuple[str, ...] = ()
+    # How the image runs the distribution that was asked for, when that differs from what AWS's containers did.
+    distribution_notes: tuple[str, ...] = ()
     cpu_multi_worker: str = DEFAULT_CPU_MULTI_WORKER
     cache: bool = True
     cache_dir: str = ""          # empty: the default under the checkpoints folder
@@ -135,6 +141,7 @@ class CompilerSettings:
             debug=_boolean(params, DEBUG, False),
             multi_worker=distribution.several_workers,
             multi_worker_asked_by=distribution.asked_by,
+            distribution_notes=distribution.notes,
             cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER),
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),

@@ -26,8 +26,9 @@ from opentc_launcher import exit_codes
 from opentc_launcher.files import unwritable
 
 from .aws_launcher import adapt_aws_launcher
-from .compiler import BACKEND, DEBUG, ENABLED, MULTI_WORKER, CompilerSettings
+from .compiler import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, CompilerSettings
 from .distributions import TORCH_DISTRIBUTED
+from .hosts_end import end_port, wait_for_every_host
 from .job import JobPaths, TrainingJob, read_job
 from .job_summary import JobRecorder, write_summary
 from .model_trainer import adapt_model_trainer
@@ -61,6 +62,9 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
             log.warning("%s is ignored: the compiler is off", DEBUG)
         if BACKEND in job.framework_params:
             log.warning("%s is ignored: the compiler is off (%s=true turns it on)", BACKEND, ENABLED)
+    if settings.defaults_off and not (settings.enabled and settings.backend.optional_defaults):
+        why = f"{settings.backend.title} has no compile-time defaults" if settings.enabled else "the compiler is off"
+        log.info("%s=%s leaves nothing off here: %s", DEFAULTS_OFF, settings.defaults_off, why)
     for name, value in plan.kept_variables.items():
         log.info("Found pre-existing configuration %s=%s: keeping it", name, value)
     for name, value in sorted(plan.replaced_variables.items()):
@@ -71,6 +75,8 @@ def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, bas
     if job.is_multi_host and not settings.multi_worker:
         log.warning("%d hosts but neither %s nor %s is on: every host trains on its own, without synchronising "
                     "with the others", len(job.hosts), TORCH_DISTRIBUTED, MULTI_WORKER)
+    for note in settings.distribution_notes:
+        log.info("%s", note)
     world = plan.world
     if settings.multi_worker:
         log.info("launching %d worker(s) on this host (node %d of %d, rendezvous on %s; asked by %s): %s",
@@ -116,10 +122,11 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
             job, settings = adapted.job, adapted.settings
             recorder.job, recorder.settings = job, settings
             settings.check_installed(base_env)   # it runs on XLA: an image without torch-xla says so now
-        install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
+        # Everything that can refuse the job's settings is decided here, before anything is installed or started.
         plan = recorder.plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), code,
                                           scratch)
         announce(job, settings, plan, base_env)
+        install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
         cache = recorder.cache = settings.backend.cache_copy(plan.options, base_env)
         if cache is not None:
             log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(),
@@ -143,7 +150,7 @@ def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
 
     After the workers each step is guarded, so none can cost the job its verdict: the wrap-up (bounded, under the
     stop handling), the summary, the verdict; only then is the run's scratch folder removed, however long that
-    takes."""
+    takes. A host of a multi-host job then waits (bounded) until every host has written its verdict."""
     clear_verdict(paths)
     scratch = tempfile.mkdtemp(prefix="opentc-")   # the run's own files
     recorder = JobRecorder()
@@ -165,6 +172,11 @@ def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
             write_summary(paths, recorder, outcome)
     report(paths, outcome)
     shutil.rmtree(scratch, ignore_errors=True)
+    job = recorder.job
+    if job is not None and supervisor is not None and supervisor.stop_requested is None:
+        # Nothing of this host's is left to do: the hosts end together (SageMaker's local mode stops all at the first).
+        wait_for_every_host(job.hosts, job.current_host, end_port(launch.master_port), launch.hosts_end_timeout,
+                            stopped=lambda: supervisor.stop_requested is not None)
     return outcome.exit_code
 
 

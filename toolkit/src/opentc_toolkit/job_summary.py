@@ -76,6 +76,19 @@ def _throughput(records: list[dict[str, Any]], trainer: dict[str, float]) -> dic
     return result
 
 
+def findings(records: list[dict[str, Any]]) -> list[str]:
+    """What the workers found wrong with the script (an optimizer that trains nothing), each once, then what their
+    compile reports found (host reads, graph breaks, recompilation, CPU fallbacks), one of each kind: the lowest
+    rank's, which says where."""
+    script = sorted({f for r in records for f in r.get("findings") or []})
+    compiled: dict[str, str] = {}
+    for record in records:   # by rank
+        for found in record.get("compile_findings") or []:
+            compiled.setdefault(found.get("kind") or found.get("text", ""),
+                                f"compile report of {record.get('process')}: {found.get('text')}")
+    return script + list(compiled.values())
+
+
 def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> dict[str, Any]:
     job, settings, plan = recorder.job, recorder.settings, recorder.plan
     records = _records(plan.options.summary_dir) if plan and plan.options.summary_dir else []
@@ -103,8 +116,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> d
         "loss": recorder.lines.loss(),
         "peak_memory_mb": max(memory) if memory else None,
         "compile": first.get("compile"),
-        # what the workers found wrong with the script (an optimizer that trains nothing): each once, for the job
-        "findings": sorted({f for r in records for f in r.get("findings") or []}),
+        "findings": findings(records),
         "processes": records,
     }
 

@@ -95,14 +95,17 @@ def stop_outcome(result: ProcessResult, processes: str = "the workers", during: 
         f"{result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary), stopped=True)
 
 
-def stopped_after_the_workers(signum: int, during: str) -> Outcome:
+def stopped_after_the_workers(signum: int, during: str, cut_short: bool = True) -> Outcome:
     """A stop that arrived once the training script had ended with exit code 0, while the job was finishing (debug
-    mode's reports, the cache): the platform asked for the job to end before it was done, so it ends as stopped."""
+    mode's reports, the cache), or after (`cut_short` false: what it was doing had finished): the platform asked for
+    the job to end before it was done, so it ends as stopped."""
     name = signal.Signals(signum).name
     cause = STOP_CAUSES.get(signal.Signals(signum), "a signal")
+    kept = ("What the script wrote is kept; what was being done then was cut short." if cut_short else
+            "What the script wrote is kept, and so is what was done after it.")
     return Outcome(exit_codes.of_signal(signum), failure_message(
         f"Training stopped: {name} received after the training script had ended with exit code 0, {during} "
-        f"({cause}). What the script wrote is kept; what was being done then was cut short."), stopped=True)
+        f"({cause}). {kept}"), stopped=True)
 
 
 # -- where the failed worker's own account is -------------------------------------------------------------

@@ -32,6 +32,7 @@ DEFAULT_MASTER_PORT = 29500
 DEFAULT_PEER_TIMEOUT = 300.0
 DEFAULT_GRACE = 90.0
 DEFAULT_FINISH_TIMEOUT = 300.0   # debug mode's reports and the cache's publication, after the workers
+DEFAULT_HOSTS_END_TIMEOUT = 60.0   # a multi-host job's hosts waiting for each other's verdicts (hosts_end.py)
 DEFAULT_CACHE_FOLDER = "compile-cache"   # under the checkpoints folder; a sub-folder per backend, version and device
 WORKER_RECORDS = "worker-records"   # in the run's scratch folder: each worker's measurements, for the job summary
 WORKING_CACHE = "compile-cache"     # in the run's scratch folder: a backend's working copy of the cache
@@ -48,6 +49,7 @@ class LaunchSettings:
     grace: float = DEFAULT_GRACE             # OPENTC_TERMINATION_GRACE: seconds between SIGTERM and SIGKILL
     master_port: int = DEFAULT_MASTER_PORT   # MASTER_PORT: rendezvous port on hosts[0]
     finish_timeout: float = DEFAULT_FINISH_TIMEOUT   # OPENTC_FINISH_TIMEOUT: seconds for the work after the workers
+    hosts_end_timeout: float = DEFAULT_HOSTS_END_TIMEOUT   # OPENTC_HOSTS_END_TIMEOUT: a host waiting for the others
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LaunchSettings:
@@ -59,6 +61,7 @@ class LaunchSettings:
                 master_port=number_from_env(env, "MASTER_PORT", int, DEFAULT_MASTER_PORT, minimum=1,
                                             maximum=MAX_PORT),
                 finish_timeout=number_from_env(env, "OPENTC_FINISH_TIMEOUT", float, DEFAULT_FINISH_TIMEOUT),
+                hosts_end_timeout=number_from_env(env, "OPENTC_HOSTS_END_TIMEOUT", float, DEFAULT_HOSTS_END_TIMEOUT),
             )
         except BadEnvironmentValue as e:
             raise BadInput(str(e)) from None

@@ -24,16 +24,20 @@ from .supervisor import Command, Supervisor
 
 log = logging.getLogger(__name__)
 
+PUBLISHED = "once the compilation cache was published"   # `during` for a stop that came after the publication
+
+
 def settle(outcome: Outcome, supervisor: Supervisor, during: str) -> Outcome:
     """The outcome once a stop that arrived after the workers ended is taken into account."""
     signum = supervisor.stop_requested
     if signum is None or outcome.stopped or not outcome.succeeded:
         return outcome
-    return stopped_after_the_workers(signum, during)
+    return stopped_after_the_workers(signum, during, cut_short=during != PUBLISHED)
 
 
-def _within(seconds: float, work: Callable[[], str], what: str) -> None:
-    """Run `work` (which returns a line for the log) in a thread for at most `seconds`; log whatever it raised."""
+def _within(seconds: float, work: Callable[[], str], what: str) -> bool:
+    """Run `work` (which returns a line for the log) in a thread for at most `seconds`; log whatever it raised.
+    Whether it ended in time (having worked or failed)."""
     said: list[str] = []
     failed: list[BaseException] = []
 
@@ -48,10 +52,12 @@ def _within(seconds: float, work: Callable[[], str], what: str) -> None:
     thread.join(seconds)
     if thread.is_alive():
         log.warning("%s: still running after %.0f s, left unfinished", what, seconds)
-    elif failed:
+        return False
+    if failed:
         log.warning("%s failed: %s: %s", what, type(failed[0]).__name__, failed[0])
     elif said:
         log.info("%s: %s", what, said[0])
+    return True
 
 
 def wrap_up(outcome: Outcome, recorder: JobRecorder, supervisor: Supervisor, base_env: Mapping[str, str],
@@ -86,7 +92,9 @@ def wrap_up(outcome: Outcome, recorder: JobRecorder, supervisor: Supervisor, bas
         if cache is not None:
             if outcome.succeeded and supervisor.stop_requested is None:
                 during = f"while the compilation cache was being published to {cache.published}"
-                _within(max(0.0, deadline - time.monotonic()), cache.publish, "compilation cache")
+                ended = _within(max(0.0, deadline - time.monotonic()), cache.publish, "compilation cache")
+                if ended and supervisor.stop_requested is None:   # a stop from now on came after the publication
+                    during = PUBLISHED
             elif not outcome.succeeded:
                 log.info("compilation cache: %s left as it was (only a successful job publishes its cache)",
                          cache.published)

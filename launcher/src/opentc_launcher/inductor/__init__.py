@@ -9,26 +9,17 @@ and loaded from the cache, names graph breaks and recompilations, and enforces t
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import os
 from collections.abc import Mapping, MutableMapping
 
 from ..backend import CompilerBackend, FollowUp, WorkerSession, cuda_or_cpu
-from ..cache_folders import cache_folder
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..plain_pytorch import library_environment
 from ..published_cache import WorkingCopy
 from ..script import Program
+from .cache_dirs import CACHE_VARIABLE, cache_folder_for
 from .compile_time import OPTIONAL_DEFAULTS
-
-CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
-
-
-def cache_folder_for(root: str, device: str) -> str:
-    """This torch's Inductor cache folder under a cache root (cache_folders' policy)."""
-    return cache_folder(root, "inductor-torch", metadata.version("torch"), device)
-
 
 # What debug mode writes (under the compiler folder, output/data/compiler/ in a SageMaker job).
 TRACE_FOLDER = "torch_trace"          # TORCH_TRACE: torch's structured trace, one file per rank (tlparse reads it)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..compile_report import Finding
+from ..compile_report import PER_LAYER_RECOMPILATION, Finding
 
 _COMPILE_ID = re.compile(r"^\s*\d+/\d+:\s*")                 # "1/3: " before each reason
 _INDEX = re.compile(r"\[\s*'?\d+'?\s*\]")                   # layers[3], _modules['3']
@@ -49,5 +49,5 @@ def per_layer_finding(recompilations: Sequence[dict[str, Any]], whole_model: str
                    f"compiling or preparing it (the Trainer does this itself), or {whole_model}")
         else:
             fix = f"keep per-layer values (an index, a flag) out of the block's forward, or {whole_model}"
-        return Finding(problem, fix)
+        return Finding(problem, fix, PER_LAYER_RECOMPILATION)
     return None

@@ -25,6 +25,9 @@ from .. import exit_codes
 from ..after_import import when_imported
 from ..backend import WorkerSession
 from ..compile_report import (
+    GRAPH_BREAKS,
+    NOTHING_COMPILED,
+    RECOMPILATION,
     RECOMPILATION_WARNING,
     CompileReport,
     CompileTimeline,
@@ -37,7 +40,7 @@ from ..identity import WorkerIdentity, per_rank_files
 from ..options import WorkerOptions
 from ..script import Program
 from ..setting_names import setting
-from . import CACHE_VARIABLE, cache_folder_for
+from .cache_dirs import CACHE_VARIABLE, cache_folder_for
 from .compile_time import CompileTimeDefaults
 from .libcuda import driver_folders, linkable_libcuda
 from .per_layer import per_layer_finding
@@ -49,17 +52,48 @@ PER_RANK_FILE_VARIABLES = ("TORCH_LOGS_OUT",)
 GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
 MAX_LISTED = 20
 
-NOTHING_COMPILED = Finding(
+NOTHING_COMPILED_FINDING = Finding(
     "nothing was compiled in this process: the backend is inductor, but Dynamo captured no graph (the script never "
     "called torch.compile, no Trainer or Accelerator compiled the model for it, or what it compiled broke before "
     "its first operation), so it ran eagerly.",
     "compile the model once it is on its device: model = torch.compile(model) (Trainer and Accelerate scripts "
-    "compile by themselves, through ACCELERATE_DYNAMO_BACKEND=inductor)")
+    "compile by themselves, through ACCELERATE_DYNAMO_BACKEND=inductor)", NOTHING_COMPILED)
 DDP_WRAPPER_FIX = ("compile the model before wrapping it: model = DistributedDataParallel(torch.compile(model)); "
                    "torch.compile(DistributedDataParallel(model)) breaks inside DDP's forward on this torch")
 GRAPH_BREAK_FIX = ("each graph break ends a compiled graph and runs the Python in between eagerly: move or rewrite "
                    "the line named (printing, .item(), a data-dependent `if`, a call Dynamo cannot trace) outside "
                    f"the compiled code; {setting('TORCH_LOGS=graph_breaks')} logs every break")
+_PACKAGE_FOLDERS = ("site-packages", "dist-packages")
+
+
+def library_of(where: str) -> str | None:
+    """The installed package a graph break's file belongs to (transformers, huggingface_hub, torch), or None for the
+    script's own code."""
+    parts = where.replace("\\", "/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in _PACKAGE_FOLDERS:
+            return parts[i + 1].split(":")[0].removesuffix(".py")
+    return None
+
+
+def library_break_fix(libraries: list[str]) -> str:
+    """What a user can do about breaks in code that is not theirs."""
+    owner = f"{libraries[0]}'s code" if len(libraries) == 1 else f"the code of {', '.join(libraries)}"
+    newer = f"a newer {libraries[0]}" if len(libraries) == 1 else "newer versions of them"
+    return (f"the break is in {owner}, not the script's, so no line of the script moves it: try {newer} (in "
+            f"requirements.txt) or report the reason to its maintainers; meanwhile keep the compiled part to what "
+            f"repeats (Trainer and Accelerate jobs compile each repeated block by default), so that the break falls "
+            f"between compiled graphs rather than inside one")
+
+
+def break_fix(listed: list[dict[str, Any]]) -> str:
+    """The fix for the breaks listed: the script's own lines, the libraries' (library_break_fix), or both."""
+    libraries = sorted({lib for b in listed if (lib := library_of(b["where"]))})
+    if not libraries:
+        return GRAPH_BREAK_FIX
+    if all(library_of(b["where"]) for b in listed):
+        return library_break_fix(libraries)
+    return f"{GRAPH_BREAK_FIX}; for those in {', '.join(libraries)}: {library_break_fix(libraries)}"
 
 
 class GraphBreaks(logging.Handler):
@@ -246,19 +280,19 @@ class InductorSession(WorkerSession):
         findings = []
         nothing = (captured == 0) if readable is not None else not self.compile_seconds
         if nothing and exit_code != exit_codes.COMPILATION_LIMIT:
-            findings.append(NOTHING_COMPILED)
+            findings.append(NOTHING_COMPILED_FINDING)
         if breaks_total:
             listed = self.graph_breaks.listed()
             places = "; ".join(f"{b['reason']} at {b['where']} (x{b['count']})" for b in listed[:5])
             in_ddp = any("nn/parallel/distributed.py" in b["where"] or "_inside_ddp_forward" in b["reason"]
                          for b in listed)
             findings.append(Finding(f"{breaks_total} graph break(s){': ' + places if places else ''}.",
-                                    DDP_WRAPPER_FIX if in_ddp else GRAPH_BREAK_FIX))
+                                    DDP_WRAPPER_FIX if in_ddp else break_fix(listed), GRAPH_BREAKS))
         recompiling = self.timeline.recompilation_finding()
         if recompiling:
             reasons = "; ".join(f"{r['function']} ({r['reason']})" for r in recompilations[-3:])
             findings.append(Finding(recompiling.problem + (f" Dynamo's reasons: {reasons}." if reasons else ""),
-                                    recompiling.fix))
+                                    recompiling.fix, RECOMPILATION))
         per_layer = per_layer_finding(recompilations, self.defaults.whole_model_words())
         if per_layer:
             findings.append(per_layer)

@@ -62,17 +62,24 @@ def machine_key(env: Mapping[str, str]) -> dict[str, str]:
             "cpu": f"{platform.machine()} " + hashlib.sha256(flags.encode()).hexdigest()[:16]}
 
 
+MAX_PROOF_BYTES = 65536   # a proof is a few hundred bytes; a file past this is not one
+
+
 def proven(folder: str, key: Mapping[str, str]) -> bool | None:
     """True when `folder` holds a proof for `key` that every set the CPU reports passed; False when the proof says
-    one failed (the check must keep running); None when there is no proof for this machine."""
+    one failed (the check must keep running); None when there is no proof for this machine, or the file is not one
+    (unreadable, too large, nested too deep, without its true/false `proven`): the check then runs and proves anew,
+    which writes a good proof over it. The file is in the job's cache folder, which comes back from S3: its shape is
+    never trusted."""
     try:
-        with open(os.path.join(folder, PROOF_FILE), encoding="utf-8") as f:
-            proof = json.load(f)
-    except (OSError, ValueError):
+        with open(os.path.join(folder, PROOF_FILE), "rb") as f:
+            raw = f.read(MAX_PROOF_BYTES + 1)
+        proof = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_PROOF_BYTES else None
+    except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(proof, dict) or proof.get("key") != dict(key):
+    if not isinstance(proof, dict) or proof.get("key") != dict(key) or not isinstance(proof.get("proven"), bool):
         return None
-    return proof.get("proven") is True
+    return proof["proven"]
 
 
 def prove(folder: str, key: Mapping[str, str]) -> bool:

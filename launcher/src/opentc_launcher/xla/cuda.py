@@ -15,6 +15,7 @@ import importlib.metadata as metadata
 import os
 
 from ..backend import LaunchRefused
+from ..cuda_driver import supports
 from ..installed import version
 
 PLUGIN_DISTRIBUTION = "jax-cuda12-pjrt"
@@ -114,7 +115,7 @@ def check_driver(version: tuple[int, int] | None) -> None:
     """A driver too old for CUDA 12 stops the job with what to change, instead of failing inside XLA."""
     if version is not None and version < MIN_DRIVER_CUDA:
         raise PluginUnusable(
-            f"the host's NVIDIA driver supports CUDA {version[0]}.{version[1]}; this image's XLA:CUDA (torch's "
+            f"the host's NVIDIA driver {supports(version)}; this image's XLA:CUDA (torch's "
             f"CUDA 12.6 libraries, NVIDIA's PJRT plugin) needs a driver for CUDA {MIN_DRIVER_CUDA[0]}.x or later "
             f"(Linux driver 525.60.13 or later; 560.28.03 or later for CUDA 12.6 itself). Update the driver, or "
             f"use an instance type whose driver is newer.")

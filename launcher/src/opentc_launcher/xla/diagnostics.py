@@ -17,6 +17,10 @@ from typing import Any
 
 from .. import exit_codes
 from ..compile_report import (
+    CACHE_LOAD_FAILURES,
+    COMPILATION_LIMIT,
+    CPU_FALLBACK,
+    HOST_READS,
     RECOMPILATION_WARNING,
     SHAPES_FIX,
     CompileReport,
@@ -26,6 +30,8 @@ from ..compile_report import (
 )
 from ..setting_names import setting
 from ..steps import StepCounter
+from .loss_scaling import FIX as LOSS_SCALING_FIX
+from .loss_scaling import LossScalingWatch
 
 log = logging.getLogger("opentc_launcher")
 
@@ -140,7 +146,8 @@ class CompileMonitor(threading.Thread):
 
 
 def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations: int, syncs: int,
-              steps: StepCounter | None, activity: StepActivity | None, cache: dict) -> list[Finding]:
+              steps: StepCounter | None, activity: StepActivity | None, cache: dict,
+              loss_scaling: LossScalingWatch | None) -> list[Finding]:
     found = []
     recompiling = timeline.recompilation_finding()
     if recompiling:
@@ -149,29 +156,31 @@ def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations:
         # Between optimizer steps: a read at every logging step is fine, one at (nearly) every step is not.
         measured = steps.steps - 1
         if activity.steps_with_host_reads >= max(2, EVALUATIONS_PER_STEP * measured):
+            cause = loss_scaling.cause() if loss_scaling is not None else None
             found.append(Finding(
                 f"a tensor was read back to the host (explicit evaluation) in {activity.steps_with_host_reads} "
-                f"of {measured} optimizer steps ({evaluations} in all).", EVALUATION_FIX))
+                f"of {measured} optimizer steps ({evaluations} in all)." + (f" {cause}" if cause else ""),
+                LOSS_SCALING_FIX if cause else EVALUATION_FIX, HOST_READS))
     elif syncs and evaluations >= max(2, EVALUATIONS_PER_STEP * syncs):
         found.append(Finding(
             f"{evaluations} explicit evaluation(s) (a tensor read back to the host) in {syncs} sync(s).",
-            EVALUATION_FIX))
+            EVALUATION_FIX, HOST_READS))
     if fallbacks:
         ops = ", ".join(f"{op} x{count}" for op, count in sorted(fallbacks.items(), key=lambda kv: -kv[1]))
-        found.append(Finding(f"CPU fallback ops: {ops}.", FALLBACK_FIX))
+        found.append(Finding(f"CPU fallback ops: {ops}.", FALLBACK_FIX, CPU_FALLBACK))
     if cache.get("load_failures"):
         failures = cache["load_failures"]
         entries = "persistent cache entry" if failures == 1 else "persistent cache entries"
         found.append(Finding(
             f"{failures} {entries} could not be loaded (corrupt, or written by another torch-xla build); they "
             f"were compiled again.", "nothing needed: the entries were rewritten; delete the cache folder if "
-            "this repeats"))
+            "this repeats", CACHE_LOAD_FAILURES))
     return found
 
 
 def build_report(process: str, rank: int, world_size: int, device: str, exit_code: int | None,
                  timeline: CompileTimeline, cache: dict, steps: StepCounter | None = None,
-                 activity: StepActivity | None = None) -> CompileReport:
+                 activity: StepActivity | None = None, loss_scaling: LossScalingWatch | None = None) -> CompileReport:
     import torch_xla.debug.metrics as met
 
     compile_time = _metric("CompileTime")
@@ -184,10 +193,11 @@ def build_report(process: str, rank: int, world_size: int, device: str, exit_cod
              "load_failures": _counter("PersistentCacheDeserializeFailure")}
     syncs = _counter("MarkStep")
     executions = _counter("ExecuteComputation")
-    findings = _findings(timeline, aten, evaluations, syncs, steps, activity, cache)
+    findings = _findings(timeline, aten, evaluations, syncs, steps, activity, cache, loss_scaling)
     if exit_code == exit_codes.COMPILATION_LIMIT and not timeline.keeps_recompiling:
         findings.insert(0, Finding(f"the compilation limit stopped this process after {timeline.compiles_seen} "
-                                   f"graph(s), before the monitor could tell where they came from.", SHAPES_FIX))
+                                   f"graph(s), before the monitor could tell where they came from.", SHAPES_FIX,
+                                   COMPILATION_LIMIT))
     graphs = graphs_compiled()
     return CompileReport(
         process=process, rank=rank, world_size=world_size, backend="xla", device=device, exit_code=exit_code,
@@ -206,6 +216,7 @@ def build_report(process: str, rank: int, world_size: int, device: str, exit_cod
             "cpu_fallback_ops": aten,
             "device_to_host_transfers": int(transfers[0]) if transfers else 0,
             "explicit_evaluations": evaluations,
+            "loss_scaling_host_checks": dict(loss_scaling.host_checks) if loss_scaling else {},
         },
         activity=f"{executions} execution{'' if executions == 1 else 's'}",
         clean_means="no recompilation, CPU fallback or per-step host read",

@@ -199,10 +199,126 @@ ACCELERATE_STORAGE_IDS = LibraryPatch(
 )
 
 
+# --- fp16 on XLA: loss scaling without a host read per step -----------------------------------------------------
+# fp16 training scales the loss and skips the optimizer step when a gradient overflowed. torch's GradScaler decides
+# that on the host (`found_inf.item()` in `_maybe_opt_step`): on XLA a read back every optimizer step. torch-xla's own
+# GradScaler takes the sync-free path instead when the optimizer's step accepts `found_inf` (the optimizers in
+# torch_xla.amp.syncfree, which skip the update on the device), and transformers offers one as
+# optim="adamw_torch_xla". Three things stand between a Trainer job and that path, one patch each:
+# accelerate gives XLA:CPU (and TPU) torch's scaler, not torch-xla's; accelerate hands the scaler its optimizer with a
+# step wrapped as (*args, **kwargs), which hides `found_inf` from the scaler's signature check; and the Trainer's
+# default optimizer is torch's AdamW.
+
+def _xla_grad_scaler(module: ModuleType) -> None:
+    original = getattr(module, "get_grad_scaler", None)
+    distributed_type = getattr(getattr(module, "DistributedType", None), "XLA", None)
+    if not callable(original) or distributed_type is None or "xamp.GradScaler" not in _source(original):
+        raise TargetChanged("accelerate.accelerator.get_grad_scaler is not the one that returns torch-xla's "
+                            "GradScaler on XLA:CUDA only")
+
+    def get_grad_scaler(distributed_type_asked: Any = None, **kwargs: Any) -> Any:
+        if distributed_type_asked == distributed_type:
+            import torch_xla.amp as xamp
+
+            return xamp.GradScaler(**kwargs)
+        return original(distributed_type_asked, **kwargs)
+
+    replace_once(module, "get_grad_scaler", get_grad_scaler)
+
+
+ACCELERATE_XLA_GRAD_SCALER = LibraryPatch(
+    name="accelerate-xla-grad-scaler",
+    module="accelerate.accelerator",
+    why="fp16 on every XLA device gets torch-xla's GradScaler (accelerate gave XLA:CPU torch's, which reads the "
+        "overflow check back to the host every step)",
+    apply=_xla_grad_scaler,
+)
+
+
+def _scaler_sees_the_optimizer(module: ModuleType) -> None:
+    original = getattr(module, "patch_optimizer_step", None)
+    source = _source(original)
+    if not callable(original) or "def patched_step(*args, **kwargs)" not in source \
+            or "_accelerate_step_called = True" not in source:
+        raise TargetChanged("accelerate.optimizer.patch_optimizer_step is not the (*args, **kwargs) wrapper it was "
+                            "written for")
+    if "wraps(" in source:
+        raise TargetChanged("accelerate's patch_optimizer_step keeps the step's signature itself now")
+
+    def patch_optimizer_step(accelerated_optimizer: Any, method: Any) -> Any:
+        @functools.wraps(method)   # inspect.signature follows __wrapped__ to the optimizer's own step
+        def patched_step(*args: Any, **kwargs: Any) -> Any:
+            accelerated_optimizer._accelerate_step_called = True
+            return method(*args, **kwargs)
+
+        return patched_step
+
+    replace_once(module, "patch_optimizer_step", patch_optimizer_step)
+
+
+ACCELERATE_SCALER_SEES_THE_OPTIMIZER = LibraryPatch(
+    name="accelerate-scaler-sees-the-optimizer",
+    module="accelerate.optimizer",
+    why="accelerate's wrapper of the optimizer's step keeps the step's signature, so that torch-xla's GradScaler "
+        "sees a sync-free optimizer's found_inf and skips the step on the device",
+    apply=_scaler_sees_the_optimizer,
+)
+
+SYNC_FREE_OPTIM = "adamw_torch_xla"
+
+
+def _optim_named_on_command_line() -> bool:
+    return any(arg == "--optim" or arg.startswith("--optim=") for arg in sys.argv[1:])
+
+
+def _sync_free_default_optimizer(module: ModuleType) -> None:
+    trainer: Any = getattr(module, "Trainer", None)
+    original = getattr(trainer, "get_optimizer_cls_and_kwargs", None)
+    from transformers.training_args import OptimizerNames, TrainingArguments
+
+    default = TrainingArguments.__dataclass_fields__["optim"].default
+    if not callable(original) or SYNC_FREE_OPTIM not in {o.value for o in OptimizerNames}:
+        raise TargetChanged(f"transformers' Trainer has no get_optimizer_cls_and_kwargs or no optim "
+                            f"{SYNC_FREE_OPTIM}")
+    said: list[bool] = []
+
+    def get_optimizer_cls_and_kwargs(args: Any, model: Any = None) -> Any:
+        chosen = str(getattr(args.optim, "value", args.optim))
+        if (getattr(args, "fp16", False) and _is_xla(args) and chosen == str(getattr(default, "value", default))
+                and not _optim_named_on_command_line()):
+            import copy
+
+            if not said:
+                said.append(True)
+                log.info("fp16 on XLA: the Trainer's optimizer is torch-xla's sync-free AdamW (optim=\"%s\") "
+                         "instead of its default %s, the same update, so that loss scaling checks for overflow on the "
+                         "device instead of reading it back every step; --optim chooses another", SYNC_FREE_OPTIM,
+                         chosen)
+            args = copy.copy(args)
+            args.optim = OptimizerNames(SYNC_FREE_OPTIM)
+        return original(args, model)
+
+    if getattr(original, "__opentc_patch__", False):
+        return
+    get_optimizer_cls_and_kwargs.__opentc_patch__ = True  # type: ignore[attr-defined]
+    get_optimizer_cls_and_kwargs.__wrapped__ = original   # type: ignore[attr-defined]
+    trainer.get_optimizer_cls_and_kwargs = staticmethod(get_optimizer_cls_and_kwargs)  # called on self
+
+
+TRANSFORMERS_SYNC_FREE_OPTIMIZER = LibraryPatch(
+    name="transformers-sync-free-fp16-optimizer",
+    module="transformers.trainer",
+    why=f"a Trainer job with fp16 on XLA whose script chose no optimizer gets torch-xla's sync-free AdamW "
+        f"(optim={SYNC_FREE_OPTIM}), which loss scaling steps without a host read",
+    apply=_sync_free_default_optimizer,
+)
+
+
 # Tied weights after the move to XLA need no patch: the worker turns on torch's own switch for it
 # (xla.parameters.keep_parameters_on_move), which keeps every Parameter, so accelerate's prepare keeps the ties.
 PATCHES: tuple[LibraryPatch, ...] = (TRANSFORMERS_MASKS, TRANSFORMERS_SINGLE_PROCESS_GATHER, SAFETENSORS_SAVE,
-                                     ACCELERATE_STORAGE_IDS)
+                                     ACCELERATE_STORAGE_IDS, ACCELERATE_XLA_GRAD_SCALER,
+                                     ACCELERATE_SCALER_SEES_THE_OPTIMIZER, TRANSFORMERS_SYNC_FREE_OPTIMIZER)
 
 
 # --- applying them after import -----------------------------------------------------------------------------

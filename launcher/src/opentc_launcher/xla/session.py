@@ -12,11 +12,12 @@ from ..compile_report import CompileReport, limit_message
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..replace import replace_once
-from . import pjrt_device, xla_runtime_env
 from .cache import open_cache
 from .diagnostics import CompileMonitor, StepActivity, build_report
 from .library_patches import install as install_library_patches
+from .loss_scaling import LossScalingWatch
 from .parameters import SWAP_SWITCH, keep_parameters_on_move
+from .runtime_env import pjrt_device, xla_runtime_env
 from .spawned import follow_spawned_processes
 
 log = logging.getLogger("opentc_launcher")
@@ -30,6 +31,7 @@ class XlaSession(WorkerSession):
         self.cache: dict = {"dir": "", "mode": "off"}
         self.monitor: CompileMonitor | None = None
         self.activity = StepActivity()
+        self.loss_scaling = LossScalingWatch()
 
     @property
     def device(self) -> str:
@@ -75,6 +77,7 @@ class XlaSession(WorkerSession):
         """The library patches, the persistent cache, the step counter and the compile monitor, before the first
         computation."""
         super().start()
+        self.loss_scaling.install()
         options = self.options
         if options.library_patches:
             install_library_patches()
@@ -108,7 +111,7 @@ class XlaSession(WorkerSession):
     def _build_report(self, exit_code: int) -> CompileReport:
         assert self.monitor is not None
         return build_report(self.process, self.identity.rank, self.identity.world_size, self.device, exit_code,
-                            self.monitor.timeline, self.cache, self.steps, self.activity)
+                            self.monitor.timeline, self.cache, self.steps, self.activity, self.loss_scaling)
 
     def _compilation_limit_reached(self, compiles: int) -> None:
         """The compile monitor saw the limit passed (from its thread, or after a sync)."""

@@ -1,0 +1,63 @@
+"""fp16 loss scaling that decides on the host, seen as it happens: which optimizers an enabled GradScaler stepped
+through torch's check of `found_inf` on the host (`.item()`), a read back every optimizer step on XLA.
+
+torch-xla's GradScaler skips that read when the optimizer's step takes `found_inf` (torch_xla.amp.syncfree) or with
+`use_zero_grad`; torch's fused optimizers take the scaler themselves (`_step_supports_amp_scaling`). Anything else is
+counted here, for the compile report's finding (diagnostics.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections import Counter
+from types import ModuleType
+from typing import Any
+
+from ..after_import import when_imported
+from ..replace import replace_once
+
+FIX = ("train in bf16 where the GPU has it (A100, A10G, L4, H100: no loss scaling at all), or scale with "
+       "torch_xla.amp.GradScaler and an optimizer from torch_xla.amp.syncfree (Adam, AdamW, SGD), which takes the "
+       "overflow check as a tensor and skips the step on the device (a Trainer job: --optim adamw_torch_xla)")
+
+
+def checks_on_the_host(scaler: Any, optimizer: Any) -> bool:
+    """Whether this scaler's step reads the overflow check back to the host before stepping this optimizer."""
+    if not scaler.is_enabled() or getattr(scaler, "use_zero_grad", False):
+        return False
+    if getattr(optimizer, "_step_supports_amp_scaling", False):
+        return False
+    try:
+        return "found_inf" not in inspect.signature(optimizer.step).parameters
+    except (TypeError, ValueError):
+        return True
+
+
+class LossScalingWatch:
+    def __init__(self) -> None:
+        self.host_checks: Counter[str] = Counter()   # optimizer class -> steps its scaler checked on the host
+
+    def install(self) -> LossScalingWatch:
+        when_imported("torch.amp.grad_scaler", self._hook)
+        return self
+
+    def _hook(self, module: ModuleType) -> None:
+        scaler_class = module.GradScaler
+        original = scaler_class.step
+
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            with contextlib.suppress(Exception):   # a measurement is never a reason for a step to fail
+                if checks_on_the_host(scaler, optimizer):
+                    self.host_checks[type(optimizer).__name__] += 1
+            return original(scaler, optimizer, *args, **kwargs)
+
+        replace_once(scaler_class, "step", step)
+
+    def cause(self) -> str | None:
+        """The words for a host-read finding when loss scaling made the reads, else None."""
+        if not self.host_checks:
+            return None
+        stepped = ", ".join(f"{name} ({count} steps)" for name, count in self.host_checks.most_common())
+        return (f"fp16 loss scaling reads them: GradScaler.step checked for overflow on the host before stepping "
+                f"{stepped}, an optimizer that cannot take that check as a tensor.")

@@ -1,0 +1,164 @@
+"""The compilation cache's working copy and its publication (opentc_launcher.published_cache), with what jobs sharing a
+checkpoints folder do to each other (issue 31 A) and what a user may have put where the cache folder goes (issue 31
+G). Real files, real flock locks and real processes; no compiler: the cache's files are made up (Inductor's would do
+the same)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import wait_for
+from opentc_launcher.published_cache import MANIFEST, PUBLISHING, WorkingCopy
+
+FILES = 200
+
+
+def fill(folder: Path, files: int = FILES, tag: str = "new") -> None:
+    for i in range(files):
+        path = folder / f"sub{i % 7}" / f"entry{i}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f"{tag}:{i}".encode() * 64)
+
+
+def published_files(folder: Path) -> dict[str, int]:
+    return {name: entry["size"] for name, entry in json.loads((folder / MANIFEST).read_text())["files"].items()}
+
+
+def publisher(published: Path, working: Path, started: Path, pause: float) -> subprocess.Popen:
+    """Another job publishing its working copy, slowly (`pause` seconds a file), in a process of its own; it writes
+    `started` once its first file is copied, and prints what publish() said."""
+    code = f"""
+import time, sys
+import opentc_launcher.published_cache as pc
+copy = pc._copy_hashing
+def slow(source, target):
+    result = copy(source, target)
+    open({str(started)!r}, "a").close()
+    time.sleep({pause})
+    return result
+pc._copy_hashing = slow
+cache = pc.WorkingCopy(published={str(published)!r}, working={str(working)!r})
+cache.open()
+print(cache.publish(), flush=True)
+"""
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_starting_a_job_leaves_another_jobs_publication_in_progress_alone(tmp_path):
+    """Issue 31 A: another job's open() took the free lock and removed every .new- folder as an interrupted
+    publication; the publisher then published a cache with files missing, or failed. Now the .new- folder carries
+    its publisher's claim, and open() clears only those whose publisher is gone."""
+    published, working = tmp_path / "cache" / "inductor", tmp_path / "a-working"
+    fill(working)
+    started = tmp_path / "started"
+    proc = publisher(published, working, started, pause=0.01)
+    try:
+        wait_for(started.exists, 60, "the publication to start", proc)
+        staged = [p for p in published.parent.iterdir() if p.name.startswith("inductor.new-")]
+        assert len(staged) == 1 and (staged[0] / PUBLISHING).exists()
+        other = WorkingCopy(published=str(published), working=str(tmp_path / "b-working"))
+        said = other.open()                              # a second job starts meanwhile
+        assert said.startswith("cold: nothing published"), said   # the old cache (none), whole
+        assert staged[0].exists(), "the publication in progress was removed"
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert out.startswith(f"published {FILES} files"), out
+    assert len(published_files(published)) == FILES and not (published / PUBLISHING).exists()
+    third = WorkingCopy(published=str(published), working=str(tmp_path / "c-working"))
+    assert third.open().startswith(f"warm: {FILES} files"), "the new cache, whole"
+
+
+def test_a_publication_cut_short_is_cleared_by_the_next_job(tmp_path):
+    published, working = tmp_path / "cache" / "inductor", tmp_path / "a-working"
+    fill(working)
+    started = tmp_path / "started"
+    proc = publisher(published, working, started, pause=0.05)
+    try:
+        wait_for(started.exists, 60, "the publication to start", proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)   # a spot interruption's SIGKILL: its claim goes with the process
+        proc.wait(timeout=30)
+    assert [p for p in published.parent.iterdir() if p.name.startswith("inductor.new-")]
+    said = WorkingCopy(published=str(published), working=str(tmp_path / "b-working")).open()
+    assert said.startswith("cold: nothing published"), said
+    assert [p.name for p in published.parent.iterdir() if ".new-" in p.name] == []
+
+
+def publish_once(published: Path, tmp_path: Path, tag: str) -> str:
+    """A job: its working copy opened (from what is published), then its own entries compiled over it, published."""
+    working = tmp_path / f"working-{tag}"
+    cache = WorkingCopy(published=str(published), working=str(working))
+    cache.open()
+    fill(working, 10, tag)
+    return cache.publish()
+
+
+def test_a_published_path_that_is_a_link_to_a_shared_folder_updates_that_folder(tmp_path):
+    """Issue 31 G: the link was renamed .old-<hex> (and left in compile-cache/, syncing to S3) and replaced by a
+    folder of its own, so the shared folder was never updated again."""
+    shared = tmp_path / "shared" / "inductor-cache"
+    checkpoints = tmp_path / "checkpoints" / "compile-cache"
+    checkpoints.mkdir(parents=True)
+    link = checkpoints / "inductor"
+    link.symlink_to(shared)                                          # the shared folder does not exist yet
+    said = publish_once(link, tmp_path, "first")
+    assert said.startswith("published 10 files") and f"to {shared} (through the link {link})" in said, said
+    assert link.is_symlink() and shared.is_dir() and len(published_files(shared)) == 10
+    said = publish_once(link, tmp_path, "second")
+    assert link.is_symlink() and (shared / "sub0" / "entry0.bin").read_bytes().startswith(b"second:0")
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["inductor"], "nothing left beside the link"
+    assert sorted(p.name for p in shared.parent.iterdir()) == [".opentc-publish.lock", "inductor-cache"]
+    reader = WorkingCopy(published=str(link), working=str(tmp_path / "reader"))
+    assert reader.open().startswith(f"warm: 10 files (5.1 KB) (a link to {shared}) checked"), "read through the link"
+
+
+def test_a_file_where_the_cache_folder_goes_is_set_aside_and_the_job_publishes(tmp_path):
+    """Issue 31 G: a regular file there made every job say 'cold: nothing published yet' and then fail to publish
+    with NotADirectoryError, forever."""
+    checkpoints = tmp_path / "checkpoints" / "compile-cache"
+    checkpoints.mkdir(parents=True)
+    path = checkpoints / "inductor"
+    path.write_text("not a cache")
+    cache = WorkingCopy(published=str(path), working=str(tmp_path / "working"))
+    said = cache.open()
+    fill(Path(cache.working), 10)
+    assert said.startswith(f"set aside: {path} is a file, not a folder; set aside as {path}.set-aside-"), said
+    assert cache.publish().startswith("published 10 files")
+    assert path.is_dir() and len(published_files(path)) == 10
+    aside = [p for p in checkpoints.iterdir() if ".set-aside-" in p.name]
+    assert len(aside) == 1 and aside[0].read_text() == "not a cache"   # kept for a look, never deleted unseen
+
+    linked = tmp_path / "elsewhere.txt"
+    linked.write_text("a user's file")
+    other = checkpoints / "other"
+    other.symlink_to(linked)                                          # a link to a file: the link goes aside
+    said = WorkingCopy(published=str(other), working=str(tmp_path / "w2")).open()
+    assert said.startswith(f"set aside: {other} is a link to the file {linked}, not a folder"), said
+    assert linked.read_text() == "a user's file" and not other.exists()
+
+
+def test_the_claim_of_a_publication_costs_a_warm_job_nothing_it_can_measure(tmp_path):
+    """What the claim adds (a flock on a file the publication makes): open() and publish() of a 2,000-file cache,
+    measured. Printed, not asserted against a clock: CI shares its cores."""
+    published = tmp_path / "cache" / "inductor"
+    working = tmp_path / "working"
+    cache = WorkingCopy(published=str(published), working=str(working))
+    cache.open()
+    fill(working, 2000)
+    started = time.monotonic()
+    said = cache.publish()
+    publish_seconds = time.monotonic() - started
+    warm = WorkingCopy(published=str(published), working=str(tmp_path / "warm"))
+    started = time.monotonic()
+    opened = warm.open()
+    print(f"\npublish {publish_seconds:.2f} s ({said}); warm open {time.monotonic() - started:.2f} s ({opened})")
+    assert said.startswith("published 2000 files") and opened.startswith("warm: 2000 files")
+    assert sorted(os.listdir(published.parent)) == [".opentc-publish.lock", "inductor"]   # nothing staged left
