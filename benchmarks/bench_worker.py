@@ -92,12 +92,15 @@ def main():
 
     torch.manual_seed(0)
     vocab = VOCABS.get(args.config, VOCAB)
+    # No key/value cache in training (as the Trainer and the sample set it): with one, the blocks return a cache
+    # that the next one extends, and regional compilation leaves such a model whole (inductor/regional.py).
     config = GPT2Config(vocab_size=vocab, n_positions=args.seq, resid_pdrop=0.0, embd_pdrop=0.0,
-                        attn_pdrop=0.0, **CONFIGS[args.config])
+                        attn_pdrop=0.0, use_cache=False, **CONFIGS[args.config])
     model = GPT2LMHeadModel(config).to(device).train()
     flops = flops_per_token(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     compile_seconds = []
+    regional_words: list[str] = []   # what regional compilation did (it says so when it compiles the model whole)
     if args.backend == "inductor":
         from torch._dynamo import callback
 
@@ -107,7 +110,7 @@ def main():
         if args.regional:
             from opentc_launcher.inductor.regional import patch_torch_compile
 
-            patch_torch_compile(torch, lambda words: None)
+            patch_torch_compile(torch, regional_words.append)
         model = torch.compile(model)
     if world > 1:   # after compiling: DDP(torch.compile(model)) is the order that compiles (docs/compilers.md)
         from torch.nn.parallel import DistributedDataParallel
@@ -130,7 +133,8 @@ def main():
     first_step_end = FIRST_STEP_END[0]
 
     result = {
-        "backend": args.backend, "regional": args.regional, "config": args.config, "device": str(device),
+        "backend": args.backend, "regional": args.regional, "regional_words": regional_words, "config": args.config,
+        "device": str(device),
         "batch": args.batch,
         "seq": args.seq, "dynamic": args.dynamic, "steps": args.steps, "dtype": args.dtype, "world": world,
         "median_step_s": statistics.median(times),

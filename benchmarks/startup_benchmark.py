@@ -1,12 +1,12 @@
 """How long a compiled job waits for its first optimizer step, with the Inductor backend's compile-time defaults
 off (today's settings), each on alone, and all on (the default), against eager, side by side in one run.
 
-    .venv/bin/python benchmarks/startup_benchmark.py [--stacks 2.7,2.14] [--settings all|short] [--steps 20]
+    .venv/bin/python benchmarks/startup_benchmark.py [--stacks 2.7,2.14] [--settings all|regional|short] [--steps 20]
                                                      [--models tiny,small,gpt2-12,trainer-tiny,trainer] [--json FILE]
 
 Every job is a whole `opentc-train` job of its own (a fresh process tree, as SageMaker starts it) on a job folder
-built from sample/job: the sample's plain PyTorch loop (the model compiled whole with torch.compile) on the tiny
-GPT-2, a small one and a 12-layer one, and the Hugging Face Trainer (tests/scripts/run_clm_tiny.py, run_clm's
+built from sample/job: the sample's plain PyTorch loop (its own torch.compile(model)) on the tiny GPT-2, a small one
+and a 12-layer one, and the Hugging Face Trainer (tests/scripts/run_clm_tiny.py, run_clm's
 structure) on the tiny and the 12-layer one. For each model and torch: one eager job, then for each setting a cold
 job on an empty compilation cache and a warm job on the cache the cold one published. "first step after" is the
 time from the start of `train` to the end of the first optimizer step (the job summary's first_step_seconds);
@@ -55,12 +55,12 @@ WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "w
          "quietly", "hex", "jolly", "boxing", "frogs", "and", "every", "bright", "morning", "brings", "story")
 
 
-def settings(trainer: bool, which: str) -> list[tuple[str, str]]:
-    """(name, the defaults left off). Regional compilation applies to Trainer and Accelerate jobs only."""
-    applicable = [n for n in NAMES if trainer or n != "regional"]
+def settings(which: str) -> list[tuple[str, str]]:
+    """(name, the defaults left off): every default off, each alone (all) or regional compilation alone (regional),
+    and all of them. Every default applies to the plain loop and the Trainer alike."""
+    alone = {"all": NAMES, "regional": ("regional",), "short": ()}[which]
     rows = [("today (every default off)", "all")]
-    if which == "all":
-        rows += [(f"+ {name} only", ",".join(n for n in NAMES if n != name)) for name in applicable]
+    rows += [(f"+ {name} only", ",".join(n for n in NAMES if n != name)) for name in alone]
     rows.append(("all defaults (new)", ""))
     return rows
 
@@ -129,7 +129,7 @@ def measure(stacks: list[str], models: list[str], which: str, steps: int, work: 
             print(f"{title}, torch {stack}: eager ...", file=sys.stderr, flush=True)
             eager = run_job(stack, work / "job", model, steps, {"sagemaker_training_compiler_enabled": False})
             rows.append({"model": model, "stack": stack, "setting": "eager", "run": "-", **eager})
-            for name, off in settings(MODELS[model][3], which):
+            for name, off in settings(which):
                 cache = work / f"cache-{model}-{stack}-{len(rows)}"
                 hyperparameters = {"sagemaker_training_compiler_backend": "inductor", DEFAULTS_OFF: off,
                                    "sagemaker_training_compiler_cache_dir": str(cache)}
@@ -144,6 +144,15 @@ def measure(stacks: list[str], models: list[str], which: str, steps: int, work: 
 
 def _s(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _step_ms(row: dict) -> str:
+    return _s(None if row["median_step_s"] is None else row["median_step_s"] * 1000)
+
+
+def _last_loss(row: dict) -> str:
+    points = (row.get("loss") or {}).get("points") or []
+    return f"{points[-1]['loss']:.4f}" if points else "-"
 
 
 def render(results: dict) -> str:
@@ -175,9 +184,13 @@ def render(results: dict) -> str:
         summary.append([MODELS[model][0], stack, _s(eager["first_step_s"]),
                         f"{today_cold['extra_wait_s']:+.1f}", f"{new_cold['extra_wait_s']:+.1f}",
                         f"{new_cold['extra_wait_s'] / today_cold['extra_wait_s']:.2f}x",
-                        f"{today_warm['extra_wait_s']:+.1f}", f"{new_warm['extra_wait_s']:+.1f}"])
+                        f"{today_warm['extra_wait_s']:+.1f}", f"{new_warm['extra_wait_s']:+.1f}",
+                        " / ".join(_step_ms(r) for r in (eager, today_cold, today_warm, new_cold, new_warm)),
+                        " / ".join(_last_loss(r) for r in (eager, today_cold, new_cold))])
     lines.append(table(["model", "torch", "eager first step (s)", "cold: today", "cold: new defaults",
-                        "cold: new / today", "warm: today", "warm: new defaults"], summary))
+                        "cold: new / today", "warm: today", "warm: new defaults",
+                        "median step (ms): eager / today cold, warm / new cold, warm",
+                        "last loss: eager / today / new"], summary))
     return "\n".join(lines)
 
 
@@ -196,8 +209,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stacks", default="2.7,2.14", help="comma-separated: 2.7 (.venv), 2.14 (.venv-inductor)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
-    p.add_argument("--settings", choices=["all", "short"], default="all",
-                   help="all: today's, each default alone, and all of them; short: today's and all of them")
+    p.add_argument("--settings", choices=["all", "regional", "short"], default="all",
+                   help="all: today's, each default alone, and all of them; regional: today's, regional compilation "
+                        "alone, and all of them; short: today's and all of them")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--json", default=str(HERE / "results" / "startup.json"))
     args = p.parse_args()

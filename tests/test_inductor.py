@@ -125,6 +125,32 @@ def test_an_accelerate_loop_compiles_with_no_script_change(make_job, shared_cach
     assert not any("for each layer" in f["problem"] for f in report["findings"]), report["findings"]
 
 
+def test_a_plain_loops_torch_compile_compiles_a_repeated_block_once_with_eagers_gradients(make_job, shared_cache):
+    """A script's own torch.compile(model), beside an eager twin in the same process (tests/scripts/compile/
+    regional_loop.py): the tied GPT-2's three blocks compile in place as one graph, and the pyramid (blocks of one
+    class in three widths) compiles whole. Both give eager's losses and gradients at every step, and the script gets
+    what torch.compile returns (a wrapper whose _orig_mod is its model)."""
+    job = inductor_job(make_job, "compile/regional_loop.py", cache=shared_cache)
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-5000:]
+    metrics = job.read_json("output/data/regional_metrics.json")
+    for name in ("gpt2", "pyramid"):
+        run = metrics[name]
+        assert run["returned"] == "OptimizedModule" and run["orig_mod_is_model"], run
+        assert_same_losses(run["eager_losses"], run["losses"])
+        # Float rounding of fused kernels is parts per million; a lost or doubled gradient is of order 1.
+        assert run["largest_gradient_difference"] < 1e-3, run
+    assert metrics["gpt2"]["tied"] is True
+    assert ("regional compilation: torch.compile(GPT2LMHeadModel) compiled its 3 repeated blocks in place, sharing "
+            "one graph per kind of block") in result.output
+    assert "regional compilation: torch.compile(Pyramid) compiled whole: the model has no repeated blocks" \
+        in result.output
+    report = job.compile_report()
+    assert "torch.compile(GPT2LMHeadModel) compiled its 3 repeated blocks" in \
+        report["compile_time_defaults"]["regional"], report["compile_time_defaults"]
+    assert report["graphs_captured"] == 2, report          # one for GPT-2's three blocks, one for the whole pyramid
+
+
 def test_a_second_identical_job_compiles_nothing_new(make_job, tmp_path):
     cache = tmp_path / "cold-cache"
     reports = []

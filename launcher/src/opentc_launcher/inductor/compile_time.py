@@ -4,7 +4,7 @@ Each default is logged, left off by name (`--defaults-off NAME`; a front end suc
 down its own name for that setting), and none overrides a variable the user set: the user's value is kept, and the
 default that would have set it stays out of the way.
 
-- regional: Trainer and Accelerate jobs compile each repeated block once (regional.py).
+- regional: Trainer, Accelerate and plain torch.compile(model) jobs compile each repeated block once (regional.py).
 - vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU (vec_isa.py).
 - job_id: TORCH_COMPILE_JOB_ID, keyed to the job's lineage (the script, its arguments, the world size and the
   device), so that Dynamo keeps its profile of which dimensions vary from one job to the next, in the cache folder:
@@ -36,7 +36,8 @@ from . import regional, vec_isa
 log = logging.getLogger("opentc_launcher")
 
 OPTIONAL_DEFAULTS = MappingProxyType({
-    "regional": "Trainer and Accelerate jobs compile each repeated block once, shared by all blocks",
+    "regional": "Trainer, Accelerate and plain torch.compile(model) jobs compile each repeated block once, shared by "
+                "all blocks",
     "vec_isa": "on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU",
     "job_id": "Dynamo keeps its profile of the dimensions that vary, from one job of a lineage to the next",
     "logging": "transformers' once-only log calls inside compiled code no longer break the graph",
@@ -108,6 +109,11 @@ class CompileTimeDefaults:
     def _regional(self, environ: MutableMapping[str, str]) -> None:
         if self._set(environ, "regional", regional.VARIABLE, "true"):
             when_imported("accelerate.accelerator", self._refine_accelerate)
+            when_imported("torch", lambda torch: regional.patch_torch_compile(torch, self._note_regional))
+
+    def _note_regional(self, words: str) -> None:
+        if words not in self.state["regional"]:          # a script may compile the same model again
+            self.state["regional"] += f"; {words}"
 
     def _refine_accelerate(self, accelerator: ModuleType) -> None:
         if not regional.patch_accelerator(accelerator):
