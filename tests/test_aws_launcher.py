@@ -13,7 +13,8 @@ from conftest import SCRIPTS, logged_failure, no_torch_xla, run_train
 from opentc_launcher import exit_codes
 from opentc_launcher.text import shown
 from opentc_toolkit.aws_launcher import adapt_aws_launcher, convert_arguments
-from opentc_toolkit.compiler import CompilerSettings
+from opentc_toolkit.compiler import JobSettings
+from opentc_toolkit.distributions import Distribution
 from opentc_toolkit.job import JobPaths, TrainingJob
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.plan import LaunchSettings, plan_world
@@ -57,12 +58,12 @@ def test_a_launcher_job_becomes_its_training_script_with_several_workers(tmp_pat
     code = code_folder(tmp_path)
     job = job_for(code, ["--epochs", "3", "--fp16", "True", "--training_script", TRAIN_SCRIPT,
                          "--worker_port", "43857"], gpus=4)
-    adapted = adapt_aws_launcher(job, CompilerSettings(enabled=True), str(code))
+    adapted = adapt_aws_launcher(job, JobSettings(enabled=True), str(code))
     assert adapted is not None
     assert adapted.job.entry_point == TRAIN_SCRIPT
     assert adapted.job.user_args == ("--epochs", "3", "--fp16")
     assert adapted.job.workers_per_host is None
-    assert adapted.settings == CompilerSettings(enabled=True, multi_worker=True)
+    assert adapted.settings == JobSettings(enabled=True, distribution=Distribution.XLA_MULTI_WORKER)
     assert adapted.summary.startswith(
         f"AWS-era launcher {LAUNCHER} calls torch_xla.distributed.sm_dist, which upstream torch-xla does not "
         f"have: running training_script={TRAIN_SCRIPT} directly, one worker per GPU, with arguments "
@@ -75,7 +76,7 @@ def test_a_launcher_job_becomes_its_training_script_with_several_workers(tmp_pat
 def test_num_gpus_is_the_number_of_workers_per_host(tmp_path):
     code = code_folder(tmp_path, "src/train.py")
     job = job_for(code, ["--num_gpus", "2", "--training_script", "src/train.py"], gpus=8)
-    adapted = adapt_aws_launcher(job, CompilerSettings(enabled=True, multi_worker=True), str(code))
+    adapted = adapt_aws_launcher(job, JobSettings(enabled=True, distribution=Distribution.XLA_MULTI_WORKER), str(code))
     assert adapted is not None
     assert adapted.job.entry_point == "src/train.py" and adapted.job.user_args == ()
     assert adapted.job.workers_per_host == 2 and "2 worker(s) per host (num_gpus=2)" in adapted.summary
@@ -90,7 +91,7 @@ def test_bad_num_gpus_is_refused_naming_it(tmp_path, gpus, value):
     code = code_folder(tmp_path)
     job = job_for(code, ["--num_gpus", value, "--training_script", TRAIN_SCRIPT], gpus=gpus)
     with pytest.raises(BadInput) as e:
-        adapt_aws_launcher(job, CompilerSettings(enabled=True), str(code))
+        adapt_aws_launcher(job, JobSettings(enabled=True), str(code))
     message = str(e.value)
     assert message.startswith(f"hyperparameter num_gpus has the value {shown(value)}, which is not accepted"), message
     assert ("from 1 to 8 (the GPUs on this host)" if gpus else "a whole number >= 1") in message
@@ -99,7 +100,7 @@ def test_bad_num_gpus_is_refused_naming_it(tmp_path, gpus, value):
 def test_num_gpus_above_one_on_a_host_without_gpus_is_left_to_the_cpu_rules(tmp_path):
     code = code_folder(tmp_path)
     job = job_for(code, ["--num_gpus", "2", "--training_script", TRAIN_SCRIPT])
-    adapted = adapt_aws_launcher(job, CompilerSettings(enabled=True), str(code))
+    adapted = adapt_aws_launcher(job, JobSettings(enabled=True), str(code))
     assert adapted is not None and adapted.job.workers_per_host == 2
 
 
@@ -108,14 +109,14 @@ def test_any_other_entry_point_is_untouched(tmp_path):
     (code / "binary.py").write_bytes(b"\xff\xfe not utf-8 \x00 torch_xla.distributed.xla_spawn\n")
     for entry in (TRAIN_SCRIPT, "binary.py", "missing.py", None):
         job = job_for(code, ["--training_script", TRAIN_SCRIPT], entry=entry)
-        assert adapt_aws_launcher(job, CompilerSettings(enabled=True), str(code)) is None
+        assert adapt_aws_launcher(job, JobSettings(enabled=True), str(code)) is None
 
 
 def test_a_launcher_that_is_not_utf8_is_still_recognised(tmp_path):
     code = code_folder(tmp_path)
     (code / "latin.py").write_bytes(b"# caf\xe9\nimport os\nos.system('python -m torch_xla.distributed.sm_dist')\n")
     job = job_for(code, ["--training_script", TRAIN_SCRIPT], entry="latin.py")
-    adapted = adapt_aws_launcher(job, CompilerSettings(), str(code))
+    adapted = adapt_aws_launcher(job, JobSettings(), str(code))
     assert adapted is not None and adapted.job.entry_point == TRAIN_SCRIPT
 
 
@@ -135,7 +136,7 @@ def test_what_to_change_is_named(tmp_path, args, expected):
     code = code_folder(tmp_path, "sub/helper.py", "notes.txt", "__pycache__/x.py")
     (tmp_path / "escape.py").write_text("")
     with pytest.raises(BadInput) as e:
-        adapt_aws_launcher(job_for(code, args), CompilerSettings(enabled=True), str(code))
+        adapt_aws_launcher(job_for(code, args), JobSettings(enabled=True), str(code))
     message = str(e.value)
     assert message.startswith(f"{LAUNCHER} is an AWS-era distributed launcher: it calls "
                               f"torch_xla.distributed.sm_dist, which upstream torch-xla does not have"), message

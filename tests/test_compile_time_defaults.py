@@ -16,12 +16,21 @@ from opentc_launcher.inductor.compile_time import OPTIONAL_DEFAULTS, CompileTime
 from opentc_launcher.inductor.per_layer import per_layer_finding
 from opentc_launcher.options import WorkerOptions, off_names
 from opentc_launcher.script import Program
-from opentc_toolkit.compiler import DEFAULTS_OFF, CompilerSettings
+from opentc_toolkit.compiler import DEFAULTS_OFF, JobSettings
 from opentc_toolkit.job import decode_hyperparameters
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.plan import with_setting_names
 
 ONE = WorkerIdentity(rank=0, local_rank=0, world_size=1, local_world_size=1)
+
+
+@pytest.fixture(autouse=True)
+def torch_compile_kept(monkeypatch):
+    """configure() patches torch.compile for regional compilation where torch is imported already (in a worker);
+    pytest's own torch.compile is put back after each test."""
+    import torch
+
+    monkeypatch.setattr(torch, "compile", torch.compile)
 
 
 def test_names_are_read_leniently_and_once():
@@ -32,31 +41,55 @@ def test_names_are_read_leniently_and_once():
     assert all(WorkerOptions(backend="inductor", defaults_off="all").is_off(name) for name in OPTIONAL_DEFAULTS)
 
 
-@pytest.mark.parametrize(("backend", "names", "expected"), [
-    ("inductor", "regional,fast", "--defaults-off names 'fast', which torch.compile (TorchInductor) does not have: "
-                                  "use a comma-separated list of regional, vec_isa, job_id, logging, warm_start, "
-                                  "or all."),
-    ("eager", "regional", "--defaults-off names 'regional', but plain PyTorch (no compiler) has no compile-time "
-                          "defaults to leave off"),
-])
-def test_a_name_the_backend_does_not_have_is_refused(backend, names, expected):
+ACCEPTED = ("accepts the compile-time defaults to leave off, comma-separated: regional, vec_isa, job_id, logging, "
+            "warm_start, or all; ")
+
+
+@pytest.mark.parametrize("backend", ["inductor", "xla", "eager"])
+def test_a_name_gets_the_same_answer_on_every_backend(backend):
+    """Issue 31 D: a name some backend has is accepted on every backend (it does nothing where that backend is not
+    the one running), "all" too; a name no backend has is refused on every backend."""
+    for names in ("regional", "all", "regional,vec-isa", ""):
+        assert decide(WorkerOptions(backend=backend, device="cpu", defaults_off=names), 1, {}, 0).defaults_off == names
     with pytest.raises(LaunchRefused) as refused:
-        decide(WorkerOptions(backend=backend, device="cpu", defaults_off=names), 1, {}, 0)
-    assert str(refused.value).startswith(expected), str(refused.value)
-    assert decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="all"), 1, {}, 0).defaults_off == "all"
+        decide(WorkerOptions(backend=backend, device="cpu", defaults_off="regional,fast"), 1, {}, 0)
+    assert str(refused.value) == (f"--defaults-off {ACCEPTED}it names 'fast', which no backend has (the value: "
+                                  f"'regional,fast').")
+
+
+def test_a_refusal_quotes_a_bounded_part_of_the_value_after_what_is_accepted():
+    """Issue 31 C: 5,000 unknown names once made a 59,110-character failure with what is accepted at its end."""
+    names = ",".join(f"name{i}" for i in range(5000))
+    with pytest.raises(BadInput) as refused:
+        JobSettings.from_hyperparameters({DEFAULTS_OFF: names})
+    message = str(refused.value)
+    assert message.startswith(f"hyperparameter {DEFAULTS_OFF} {ACCEPTED}it names 'name0', 'name1', "), message
+    assert " and 4993 more, which no backend has (the value: 'name0,name1," in message
+    assert len(message) < 400 and f"({len(names)} characters))." in message
+
+
+@pytest.mark.parametrize("compiler", [{"sagemaker_training_compiler_enabled": False},
+                                      {"sagemaker_training_compiler_enabled": True,
+                                       "sagemaker_training_compiler_backend": "xla"},
+                                      {"sagemaker_training_compiler_enabled": True,
+                                       "sagemaker_training_compiler_backend": "inductor"}])
+def test_the_hyperparameter_is_checked_with_any_compiler_and_with_none(compiler):
+    with pytest.raises(BadInput, match=f"^hyperparameter {DEFAULTS_OFF} accepts the compile-time defaults"):
+        JobSettings.from_hyperparameters({**compiler, DEFAULTS_OFF: "fast"})
+    assert JobSettings.from_hyperparameters({**compiler, DEFAULTS_OFF: "Regional"}).defaults_off == "regional"
 
 
 def test_the_hyperparameter_is_named_in_a_sagemaker_job():
-    settings = CompilerSettings.from_hyperparameters(decode_hyperparameters(
+    settings = JobSettings.from_hyperparameters(decode_hyperparameters(
         {DEFAULTS_OFF: '"vec_isa, Job-Id"'}))
     assert settings.defaults_off == "vec_isa,job_id"
-    listed = CompilerSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: '["regional"]'}))
+    listed = JobSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: '["regional"]'}))
     assert listed.defaults_off == "regional"
-    with pytest.raises(LaunchRefused, match=f"^hyperparameter {DEFAULTS_OFF} names 'fast', which"):
+    with pytest.raises(LaunchRefused, match=f"^hyperparameter {DEFAULTS_OFF} accepts the compile-time defaults"):
         decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="fast"), 1,
                with_setting_names({}, settings), 0)
     with pytest.raises(BadInput, match=f"hyperparameter {DEFAULTS_OFF} has the value 3, which is not accepted"):
-        CompilerSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: "3"}))
+        JobSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: "3"}))
 
 
 def test_the_lineage_id_is_the_same_for_a_rerun_and_another_for_anything_else(tmp_path):
@@ -143,6 +176,27 @@ def test_the_vector_check_is_skipped_only_on_a_proof_for_this_machine(tmp_path):
     assert "TORCH_WARM_POOL" not in environ                           # cores to spare: torch's own warm-up
 
 
+@pytest.mark.parametrize("content", [
+    "[" * 100_000 + "]" * 100_000,                                        # nested past the recursion limit
+    "{\"key\": KEY}",                                                     # no "proven": not "a set that failed"
+    "{\"key\": KEY, \"proven\": \"yes\"}",
+    "not json", "\"a string\"", "",
+    "{\"key\": KEY, \"proven\": true, \"pad\": \"" + "x" * 70_000 + "\"}",  # larger than any proof
+], ids=["nested", "no-proven", "proven-text", "not-json", "a-string", "empty", "too-large"])
+def test_a_proof_file_that_is_not_a_proof_is_proved_anew(tmp_path, content):
+    """Issue 31 E: the proof comes back from S3 with the cache folder: a file of another shape is treated as no proof
+    (torch's check runs at the first compilation and writes a good one), never as a failed check or a crash."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    key = json.dumps(vec_isa.machine_key(environ))
+    (cache / vec_isa.PROOF_FILE).write_text(content.replace("KEY", key))
+    assert vec_isa.proven(str(cache), vec_isa.machine_key(environ)) is None
+    state = configured(tmp_path, environ).state["vec_isa"]
+    assert state == "on: torch's check runs once, at the first compilation, and its proof is kept", state
+    assert "TORCHINDUCTOR_VEC_ISA_OK" not in environ
+
+
 TORCH_27 = [f"1/{i}: ___check_obj_id(args[1].layers[{i}].is_initialized, 139909010845472)" for i in range(7)]
 TORCH_214 = [f"1/{i}: args[1].layers[{i}].is_initialized == False                # if not self.is_initialized:  "
              f"# transformers/cache_utils.py:132 in update\nUser stack trace:\n  File \"modeling_layers.py\"..."
@@ -224,3 +278,62 @@ def test_regional_compilation_compiles_blocks_in_place_and_leaves_single_layers_
     assert not builds_per_layer_cache(cached)
     flat = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))   # no repeated blocks: whole
     assert isinstance(compile_blocks(flat), OptimizedModule)
+
+
+def test_a_plain_scripts_torch_compile_is_regional_only_where_blocks_repeat():
+    """patch_torch_compile on a stand-in for the torch module (the real one stays as it is): what each call gets, value
+    by value. torch.compile is lazy: nothing compiles here (tests/test_inductor.py runs it, against eager)."""
+    import types
+
+    import torch
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    from opentc_launcher.inductor.regional import patch_torch_compile, unpatched_compile, why_whole
+
+    class Block(torch.nn.Module):
+        def __init__(self, width=8, out=8):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(width)
+            self.mix = torch.nn.Linear(width, out)
+
+    class Net(torch.nn.Module):
+        def __init__(self, widths=(8, 8, 8)):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 8)
+            self.blocks = torch.nn.ModuleList(Block(w, o) for w, o in zip(widths, [*widths[1:], 8], strict=True))
+            self.out = torch.nn.Linear(8, 10)
+
+    def compiled(module):
+        return getattr(module, "_compiled_call_impl", None) is not None
+
+    notes: list[str] = []
+    stand_in = types.SimpleNamespace(compile=torch.compile, nn=torch.nn, compiler=torch.compiler)
+    patch_torch_compile(stand_in, notes.append)
+    assert unpatched_compile(stand_in) is torch.compile and stand_in.compile is not torch.compile
+
+    model = Net()
+    wrapper = stand_in.compile(model, mode="default")
+    assert isinstance(wrapper, OptimizedModule) and wrapper._orig_mod is model      # what torch.compile returns
+    assert sorted(wrapper.state_dict()) == sorted(torch.compile(Net()).state_dict())  # "_orig_mod." names, as torch's
+    assert all(compiled(block) for block in model.blocks) and not compiled(model.out) and not compiled(model)
+    assert notes == ["torch.compile(Net) compiled its 3 repeated blocks in place, sharing one graph per kind of "
+                     "block, and 0 other part(s); 2 single layer(s) left eager"]
+
+    assert why_whole(Net(widths=(8, 16, 8)), {}) == "compiled whole: the model has no repeated blocks"
+    assert why_whole(Net(), {"fullgraph": True}) == "compiled whole: fullgraph=True asks for one graph"
+    cached = Net()
+    cached.config = types.SimpleNamespace(use_cache=True)
+    assert why_whole(cached, {}).startswith("compiled whole: model.config.use_cache is true")
+    cached.config.use_cache = False
+    assert why_whole(cached, {}) is None
+
+    for whole, kwargs in ((Net(widths=(8, 16, 8)), {}), (Net(), {"fullgraph": True})):
+        result = stand_in.compile(whole, **kwargs)                                   # torch's own, whole
+        assert isinstance(result, OptimizedModule) and not any(compiled(m) for m in whole.modules())
+    untouched = Net()
+    stand_in.compile(untouched, disable=True)                                        # torch's own: nothing
+    assert not any(compiled(m) for m in untouched.modules())
+
+    def step(x):
+        return x * 2
+    assert stand_in.compile(step) is not step and len(notes) == 1                   # a function: torch's own

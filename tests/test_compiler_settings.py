@@ -1,4 +1,4 @@
-"""Hyperparameters -> CompilerSettings -> the workers' environment for the chosen backend (pure functions)."""
+"""Hyperparameters -> JobSettings -> the workers' environment for the chosen backend (pure functions)."""
 
 
 import pytest
@@ -12,7 +12,7 @@ from opentc_toolkit.compiler import (
     ENABLED,
     LIBRARY_PATCHES,
     MAX_COMPILATIONS,
-    CompilerSettings,
+    JobSettings,
     compiler_environment,
 )
 from opentc_toolkit.compiler import MULTI_WORKER as MULTI
@@ -29,7 +29,7 @@ from opentc_toolkit.not_started import BadInput
     ({ENABLED: "True", MULTI: "FALSE"}, (True, False, False)),                     # CreateTrainingJob by hand
 ])
 def test_accepted_values(raw, expected):
-    s = CompilerSettings.from_hyperparameters(decoded(raw))
+    s = JobSettings.from_hyperparameters(decoded(raw))
     assert (s.enabled, s.debug, s.multi_worker) == expected
 
 
@@ -39,23 +39,23 @@ def test_accepted_values(raw, expected):
 ])
 def test_rejected_values_name_key_value_and_accepted(key, raw, shown):
     with pytest.raises(BadInput) as err:
-        CompilerSettings.from_hyperparameters(decoded({key: raw}))
+        JobSettings.from_hyperparameters(decoded({key: raw}))
     assert str(err.value).startswith(f"hyperparameter {key} has the value {shown}, which is not accepted: "
                                      f"use \"true\" or \"false\"")
 
 
 def test_library_patches_are_on_unless_turned_off():
-    assert CompilerSettings.from_hyperparameters({}).library_patches is True
-    assert CompilerSettings.from_hyperparameters(decoded({LIBRARY_PATCHES: "false"})).library_patches is False
+    assert JobSettings.from_hyperparameters({}).library_patches is True
+    assert JobSettings.from_hyperparameters(decoded({LIBRARY_PATCHES: "false"})).library_patches is False
 
 
 def test_unknown_compiler_key_is_a_typo_not_silence():
     with pytest.raises(BadInput, match="unknown hyperparameter sagemaker_training_compiler_enable:"):
-        CompilerSettings.from_hyperparameters({"sagemaker_training_compiler_enable": True})
+        JobSettings.from_hyperparameters({"sagemaker_training_compiler_enable": True})
 
 
 def test_other_options_are_validated():
-    s = CompilerSettings.from_hyperparameters({
+    s = JobSettings.from_hyperparameters({
         ENABLED: True, CPU_MULTI_WORKER: "Unsynchronized", MAX_COMPILATIONS: "12", CACHE: "false",
         CACHE_DIR: "/opt/ml/checkpoints/cache"})
     assert (s.cpu_multi_worker, s.max_compilations, s.cache, s.cache_dir) == (
@@ -67,7 +67,17 @@ def test_other_options_are_validated():
         (CACHE_DIR, "relative/path", "absolute folder"),
     ]:
         with pytest.raises(BadInput, match=accepted):
-            CompilerSettings.from_hyperparameters({key: value})
+            JobSettings.from_hyperparameters({key: value})
+
+
+@pytest.mark.parametrize("value", ["²", "7" * 5000, "٣", "-1", "1.5", "1e3"],
+                         ids=["superscript", "5000-digits", "arabic-indic", "negative", "fraction", "exponent"])
+def test_a_number_hyperparameter_that_is_not_a_plain_whole_number_is_refused_naming_what_is_accepted(value):
+    with pytest.raises(BadInput) as refused:
+        JobSettings.from_hyperparameters({MAX_COMPILATIONS: value})
+    message = str(refused.value)
+    assert message.startswith(f"hyperparameter {MAX_COMPILATIONS} has the value "), message
+    assert "use a whole number >= 0 in digits 0-9" in message and len(message) < 400, message
 
 
 def env_for(settings, gpus=0, base=None):
@@ -77,22 +87,22 @@ def env_for(settings, gpus=0, base=None):
 
 def test_enabled_on_cpu_and_on_gpus():
     # PJRT_DEVICE is not among them: the launch plan decides the device (tests/test_plan.py).
-    on = CompilerSettings(enabled=True)
+    on = JobSettings(enabled=True)
     assert dict(env_for(on).applied) == {"USE_TORCH_XLA": "1"}
     assert dict(env_for(on, gpus=8).applied) == {"USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "8"}
 
 
 def test_disabled_keeps_transformers_off_xla():
-    assert dict(env_for(CompilerSettings(enabled=False), gpus=8).applied) == {"USE_TORCH_XLA": "0"}
+    assert dict(env_for(JobSettings(enabled=False), gpus=8).applied) == {"USE_TORCH_XLA": "0"}
     # debug without the compiler changes nothing
-    assert dict(env_for(CompilerSettings(enabled=False, debug=True), gpus=8).applied) == {"USE_TORCH_XLA": "0"}
+    assert dict(env_for(JobSettings(enabled=False, debug=True), gpus=8).applied) == {"USE_TORCH_XLA": "0"}
     # no GPU: accelerate is told to run on the CPU, or several workers would never synchronise (test_distributions)
     on_cpu = {"USE_TORCH_XLA": "0", "ACCELERATE_USE_CPU": "true"}
-    assert dict(env_for(CompilerSettings(enabled=False)).applied) == on_cpu
+    assert dict(env_for(JobSettings(enabled=False)).applied) == on_cpu
 
 
 def test_debug_puts_every_artefact_under_output_data_compiler():
-    applied = env_for(CompilerSettings(enabled=True, debug=True)).applied
+    applied = env_for(JobSettings(enabled=True, debug=True)).applied
     assert applied["PT_XLA_DEBUG_LEVEL"] == "1"
     assert applied["XLA_IR_DEBUG"] == applied["XLA_HLO_DEBUG"] == "1"
     assert applied["XLA_METRICS_FILE"] == "/opt/ml/output/data/compiler/XLA_METRICS_FILE.txt"
@@ -102,7 +112,7 @@ def test_debug_puts_every_artefact_under_output_data_compiler():
 
 def test_user_set_variables_are_kept_and_reported():
     base = {"XLA_FLAGS": "--xla_gpu_autotune_level=0", "USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "2"}
-    changes = env_for(CompilerSettings(enabled=True, debug=True), gpus=8, base=base)
+    changes = env_for(JobSettings(enabled=True, debug=True), gpus=8, base=base)
     assert not {"XLA_FLAGS", "USE_TORCH_XLA", "GPU_NUM_DEVICES"} & set(changes.applied)
     assert dict(changes.kept) == {"XLA_FLAGS": "--xla_gpu_autotune_level=0", "GPU_NUM_DEVICES": "2"}
     assert changes.applied["XLA_METRICS_FILE"].endswith("XLA_METRICS_FILE.txt")
@@ -111,25 +121,63 @@ def test_user_set_variables_are_kept_and_reported():
 @pytest.mark.parametrize(("raw", "expected"), [({}, "xla"), ({BACKEND: '"inductor"'}, "inductor"),
                                           ({BACKEND: "XLA"}, "xla"), ({BACKEND: '"Inductor"'}, "inductor")])
 def test_the_backend_is_xla_unless_inductor_is_chosen(raw, expected):
-    settings = CompilerSettings.from_hyperparameters(decoded({ENABLED: "true", **raw}))
+    settings = JobSettings.from_hyperparameters(decoded({ENABLED: "true", **raw}))
     assert settings.compiler_name == expected and settings.backend_name == expected
-    assert CompilerSettings.from_hyperparameters(decoded({ENABLED: "false", **raw})).backend_name == "eager"
+    assert JobSettings.from_hyperparameters(decoded({ENABLED: "false", **raw})).backend_name == "eager"
 
 
 @pytest.mark.parametrize("raw", ['"tvm"', '"openxla"', "3", '""'])
 def test_an_unknown_backend_names_both_accepted(raw):
     with pytest.raises(BadInput) as err:
-        CompilerSettings.from_hyperparameters(decoded({ENABLED: "true", BACKEND: raw}))
+        JobSettings.from_hyperparameters(decoded({ENABLED: "true", BACKEND: raw}))
     assert str(err.value).startswith(f"hyperparameter {BACKEND} has the value ")
     assert 'use one of "xla", "inductor".' in str(err.value)
 
 
 def test_inductor_compiles_trainer_and_accelerate_scripts_through_accelerates_variable():
-    on = CompilerSettings(enabled=True, compiler_name="inductor")
+    on = JobSettings(enabled=True, compiler_name="inductor")
     assert dict(env_for(on, gpus=8).applied) == {"USE_TORCH_XLA": "0", "ACCELERATE_DYNAMO_BACKEND": "inductor"}
-    applied = env_for(CompilerSettings(enabled=True, compiler_name="inductor", debug=True)).applied
+    applied = env_for(JobSettings(enabled=True, compiler_name="inductor", debug=True)).applied
     assert applied["TORCH_TRACE"] == "/opt/ml/output/data/compiler/torch_trace"
     assert applied["TORCH_LOGS_OUT"] == "/opt/ml/output/data/compiler/torch_logs.txt"
     assert applied["TORCH_LOGS"] == "graph_breaks,recompiles"
     kept = env_for(on, base={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "TORCH_LOGS": "+dynamo"})
     assert dict(kept.kept) == {"ACCELERATE_DYNAMO_BACKEND": "aot_eager"}
+
+
+def test_every_setting_the_launcher_names_has_the_toolkits_words_and_every_word_is_used():
+    """The launcher names a setting in its own words (setting("--library-patches false")) and the toolkit hands down
+    a hyperparameter for each (SETTING_NAMES): a call site whose words are not a key would silently fall back to the
+    launcher's option in a SageMaker user's message, and a key no call site uses is dead."""
+    import re
+    from pathlib import Path
+
+    from opentc_toolkit.compiler import SETTING_NAMES
+
+    launcher = Path(__file__).resolve().parent.parent / "launcher" / "src" / "opentc_launcher"
+    used = {m.group(2) for path in launcher.rglob("*.py")
+            for m in re.finditer(r"""\bsetting\((['"])(.+?)\1""", path.read_text(encoding="utf-8"))}
+    assert used, "no setting(...) call found: the pattern is out of date"
+    assert sorted(used - set(SETTING_NAMES)) == []
+    assert sorted(set(SETTING_NAMES) - used) == []
+
+
+def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
+    """A worker option declared hyperparameter=True (opentc_launcher.options) is a hyperparameter of the compiler's
+    namespace, read with the option's default, and an opentc-run/opentc-worker option: nothing else declares it."""
+    import argparse
+
+    from opentc_launcher.arguments import add_worker_arguments
+    from opentc_launcher.options import hyperparameter_options
+    from opentc_toolkit.compiler import COMPILER_KEYS, WORKER_SETTINGS
+
+    parser = argparse.ArgumentParser()
+    add_worker_arguments(parser)
+    read = JobSettings.from_hyperparameters({})
+    declared = hyperparameter_options()
+    assert {name for name, _, _ in declared} == {"cpu_multi_worker", "max_compilations", "library_patches",
+                                                "defaults_off"}
+    for name, _, default in declared:
+        assert WORKER_SETTINGS[name] == f"sagemaker_training_compiler_{name}" and WORKER_SETTINGS[name] in COMPILER_KEYS
+        assert getattr(read, name) == default, name
+        assert parser.parse_args([]).__dict__[name] == default, name

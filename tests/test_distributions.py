@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import SCRIPTS, run_train, start_train, stop, wait_for
-from opentc_toolkit.compiler import CompilerSettings
+from opentc_toolkit.compiler import JobSettings
 from opentc_toolkit.distributions import (
     INSTEAD,
     PYTORCH_DDP,
@@ -20,6 +20,7 @@ from opentc_toolkit.distributions import (
     SMDDP_MPI_OPTIONS,
     TORCH_DISTRIBUTED,
     XLA_MULTI_WORKER,
+    Distribution,
     read_distribution,
 )
 from opentc_toolkit.job import decode_hyperparameters
@@ -46,14 +47,17 @@ BACKENDS = {   # every backend: the compiler off, Inductor, and XLA (XLA:CPU has
 
 
 def test_torch_distributed_and_pytorchxla_ask_for_several_workers():
-    torch_distributed = CompilerSettings.from_hyperparameters(SENT["torch_distributed"])
+    torch_distributed = JobSettings.from_hyperparameters(SENT["torch_distributed"])
     assert torch_distributed.multi_worker and torch_distributed.multi_worker_asked_by == (TORCH_DISTRIBUTED,)
+    assert torch_distributed.distribution is Distribution.DATA_PARALLEL
     assert torch_distributed.setting_names()["--nproc-per-node 1"] == f"{TORCH_DISTRIBUTED}=false"
-    xla = CompilerSettings.from_hyperparameters(decode_hyperparameters({XLA_MULTI_WORKER: "true"}))
+    xla = JobSettings.from_hyperparameters(decode_hyperparameters({XLA_MULTI_WORKER: "true"}))
     assert xla.multi_worker and xla.multi_worker_asked_by == (XLA_MULTI_WORKER,)
-    both = CompilerSettings.from_hyperparameters({XLA_MULTI_WORKER: True, TORCH_DISTRIBUTED: True})
+    assert xla.distribution is Distribution.XLA_MULTI_WORKER
+    both = JobSettings.from_hyperparameters({XLA_MULTI_WORKER: True, TORCH_DISTRIBUTED: True})
     assert both.setting_names()["--nproc-per-node 1"] == f"{XLA_MULTI_WORKER}=false and {TORCH_DISTRIBUTED}=false"
-    assert not CompilerSettings.from_hyperparameters(decode_hyperparameters({TORCH_DISTRIBUTED: "false"})).multi_worker
+    off = JobSettings.from_hyperparameters(decode_hyperparameters({TORCH_DISTRIBUTED: "false"}))
+    assert not off.multi_worker and off.distribution is Distribution.NONE
     with pytest.raises(BadInput, match=f"hyperparameter {TORCH_DISTRIBUTED} has the value 'yes please'"):
         read_distribution({TORCH_DISTRIBUTED: "yes please"}, {})
 
@@ -66,7 +70,7 @@ def test_every_other_distribution_key_is_refused_when_it_asks_for_something(key)
     instead = REFUSED[key][1]
     assert (f"Use {INSTEAD}." if instead is INSTEAD else f"{instead}.") in str(raised.value)
     # switched off, or empty as the SDK sends the options beside a distribution that is off: nothing asked
-    assert read_distribution({key: False if key.endswith("_enabled") else ""}, {}).several_workers is False
+    assert read_distribution({key: False if key.endswith("_enabled") else ""}, {}).distribution is Distribution.NONE
 
 
 def test_model_parallel_is_refused_only_as_the_sdk_sends_it():
@@ -74,7 +78,7 @@ def test_model_parallel_is_refused_only_as_the_sdk_sends_it():
         read_distribution({"sagemaker_distributed_dataparallel_enabled": False, TORCH_DISTRIBUTED: True},
                           {"mp_parameters": {"tensor_parallel_degree": 2}})
     # a script's own argument of that name, with no smdistributed distribution, is the script's
-    assert read_distribution({}, {"mp_parameters": "mine"}).several_workers is False
+    assert read_distribution({}, {"mp_parameters": "mine"}).distribution is Distribution.NONE
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -94,7 +98,7 @@ def test_an_sdk_v2_torch_distributed_job_runs_a_worker_per_gpu(make_job, backend
 def test_the_notebooks_data_parallel_baselines_run_as_pytorch_ddp(distribution, key):
     """AWS's notebooks' native baselines: pytorchddp (as the PyTorch and the HuggingFace estimators send it) and
     smdistributed's dataparallel ask for several workers, run as PyTorch DDP, and the log says so."""
-    settings = CompilerSettings.from_hyperparameters(SENT[distribution])
+    settings = JobSettings.from_hyperparameters(SENT[distribution])
     assert settings.multi_worker and settings.multi_worker_asked_by == (key,)
     assert settings.setting_names()["--nproc-per-node 1"] == f"{key}=false"
     [note] = settings.distribution_notes

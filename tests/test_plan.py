@@ -7,7 +7,8 @@ import pytest
 
 from opentc_launcher.decision import decide
 from opentc_launcher.options import WorkerOptions
-from opentc_toolkit.compiler import CompilerSettings
+from opentc_toolkit.compiler import JobSettings
+from opentc_toolkit.distributions import Distribution
 from opentc_toolkit.job import JobPaths, TrainingJob
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.outcome import LauncherFailureReport, WorkerErrorFile
@@ -33,7 +34,7 @@ def option(argv, name):
 
 
 def test_single_worker_runs_the_bootstrap_in_one_process():
-    p = plan(job(), CompilerSettings(enabled=True))
+    p = plan(job(), JobSettings(enabled=True))
     argv = p.command.argv
     assert argv[:3] == (PY, "-m", "opentc_launcher.worker")   # no console script beside this python
     assert argv[-3:] == ("/opt/ml/code/train.py", "--epochs", "3")
@@ -47,14 +48,14 @@ def test_single_worker_runs_the_bootstrap_in_one_process():
 
 
 def test_compiler_off_uses_the_eager_backend_and_no_cache():
-    p = plan(job(), CompilerSettings(enabled=False, compiler_name="inductor"))
+    p = plan(job(), JobSettings(enabled=False, compiler_name="inductor"))
     assert option(p.command.argv, "--backend") == "eager"
     assert option(p.command.argv, "--compile-cache-dir") == ""
     assert p.command.env["USE_TORCH_XLA"] == "0"
 
 
 def test_multi_worker_one_host_is_a_local_rendezvous_with_one_worker_per_gpu():
-    p = plan(job(gpus=8), CompilerSettings(enabled=True, multi_worker=True))
+    p = plan(job(gpus=8), JobSettings(enabled=True, distribution=Distribution.DATA_PARALLEL))
     argv = p.command.argv
     assert argv[:3] == (PY, "-m", "opentc_launcher.run")
     assert option(argv, "--nproc-per-node") == "8" and option(argv, "--device") == "cuda"
@@ -68,7 +69,8 @@ def test_multi_worker_one_host_is_a_local_rendezvous_with_one_worker_per_gpu():
 @pytest.mark.parametrize(("current", "rank"), [("algo-1", 0), ("algo-2", 1), ("algo-3", 2)])
 def test_multi_host_rendezvous_on_first_host(current, rank):
     hosts = ("algo-1", "algo-2", "algo-3")
-    p = plan(job(hosts=hosts, current=current, gpus=4), CompilerSettings(enabled=True, multi_worker=True),
+    p = plan(job(hosts=hosts, current=current, gpus=4),
+             JobSettings(enabled=True, distribution=Distribution.DATA_PARALLEL),
              launch=LaunchSettings(master_port=7777, peer_timeout=42))
     argv = p.command.argv
     assert option(argv, "--nnodes") == "3" and option(argv, "--node-rank") == str(rank)
@@ -79,23 +81,24 @@ def test_multi_host_rendezvous_on_first_host(current, rank):
 
 
 def test_several_hosts_without_multi_worker_train_independently():
-    p = plan(job(hosts=("algo-1", "algo-2"), current="algo-2"), CompilerSettings(enabled=True))
+    p = plan(job(hosts=("algo-1", "algo-2"), current="algo-2"), JobSettings(enabled=True))
     assert not p.command.workers_are_children and p.peers == () and p.world.size == 1
 
 
 def test_xla_cpu_with_several_workers_is_refused_before_launch():
     with pytest.raises(BadInput, match="no cross-process collectives"):
-        plan(job(hosts=("a", "b"), current="a"), CompilerSettings(enabled=True, multi_worker=True))
+        plan(job(hosts=("a", "b"), current="a"), JobSettings(enabled=True, distribution=Distribution.DATA_PARALLEL))
     # asked for explicitly, it runs
     p = plan(job(hosts=("a", "b"), current="a"),
-             CompilerSettings(enabled=True, multi_worker=True, cpu_multi_worker="unsynchronized"))
+             JobSettings(enabled=True, distribution=Distribution.DATA_PARALLEL, cpu_multi_worker="unsynchronized"))
     assert option(p.command.argv, "--cpu-multi-worker") == "unsynchronized"
     # plain PyTorch on CPU is fine: gloo has collectives
-    plan(job(hosts=("a", "b"), current="a"), CompilerSettings(enabled=False, multi_worker=True))
+    plan(job(hosts=("a", "b"), current="a"), JobSettings(enabled=False, distribution=Distribution.DATA_PARALLEL))
 
 
 def test_workers_per_host_override_and_bad_values():
-    p = plan(job(), CompilerSettings(enabled=False, multi_worker=True), launch=LaunchSettings(workers_per_host=3))
+    p = plan(job(), JobSettings(enabled=False, distribution=Distribution.DATA_PARALLEL),
+             launch=LaunchSettings(workers_per_host=3))
     assert option(p.command.argv, "--nproc-per-node") == "3"
     assert LaunchSettings.from_env({"OPENTC_WORKERS_PER_HOST": "2", "OPENTC_PEER_TIMEOUT": "1.5"}) == \
         LaunchSettings(workers_per_host=2, peer_timeout=1.5)
@@ -114,14 +117,14 @@ def test_launch_settings_refuse_what_cannot_work(name, value):
 
 def test_bad_pjrt_device_is_named():
     with pytest.raises(BadInput, match="PJRT_DEVICE='GPU'"):
-        plan(job(), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "GPU"})
+        plan(job(), JobSettings(enabled=True), env={"PJRT_DEVICE": "GPU"})
 
 
 def test_the_users_pjrt_device_decides_and_cuda_needs_a_gpu():
-    p = plan(job(gpus=2), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "cpu"})
+    p = plan(job(gpus=2), JobSettings(enabled=True), env={"PJRT_DEVICE": "cpu"})
     assert option(p.command.argv, "--device") == "cpu"
     with pytest.raises(BadInput, match=r"^no GPU visible: PJRT_DEVICE=CUDA asks for XLA:CUDA"):
-        plan(job(gpus=0), CompilerSettings(enabled=True), env={"PJRT_DEVICE": "CUDA"})
+        plan(job(gpus=0), JobSettings(enabled=True), env={"PJRT_DEVICE": "CUDA"})
 
 
 def test_the_decision_is_made_once_deciding_again_changes_nothing():
@@ -135,22 +138,22 @@ def test_the_decision_is_made_once_deciding_again_changes_nothing():
 
 def test_hyperparameters_stay_one_argv_element_each():
     hostile = ("--note", "a b; touch /tmp/pwned $(id) `id` | cat")
-    p = plan(job(args=hostile), CompilerSettings(enabled=False))
+    p = plan(job(args=hostile), JobSettings(enabled=False))
     assert p.command.argv[-2:] == hostile
 
 
 def test_what_the_kernel_would_refuse_is_named_before_anything_starts():
     with pytest.raises(BadInput, match=f"hyperparameter blob is {MAX_ARG_BYTES + 1} bytes long"):
-        plan(job(args=("--blob", "x" * (MAX_ARG_BYTES + 1))), CompilerSettings(enabled=False))
+        plan(job(args=("--blob", "x" * (MAX_ARG_BYTES + 1))), JobSettings(enabled=False))
     with pytest.raises(BadInput, match="the environment variable SM_HPS would be"):
-        plan(job(script_env={"SM_HPS": "y" * MAX_ARG_BYTES}), CompilerSettings(enabled=False))
+        plan(job(script_env={"SM_HPS": "y" * MAX_ARG_BYTES}), JobSettings(enabled=False))
 
 
 def test_cache_folder_defaults_under_checkpoints():
-    p = plan(job(), CompilerSettings(enabled=True))
+    p = plan(job(), JobSettings(enabled=True))
     assert option(p.command.argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "compile-cache")
     assert option(p.command.argv, "--compile-report-dir") == "/opt/ml/output/data/compiler"
-    p = plan(job(), CompilerSettings(enabled=True, cache=False))
+    p = plan(job(), JobSettings(enabled=True, cache=False))
     assert option(p.command.argv, "--compile-cache-dir") == ""
 
 
@@ -158,9 +161,9 @@ STALE = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "MASTER_ADDR": "10.0
          "PET_NNODES": "4", "TORCHELASTIC_RUN_ID": "old", "PJRT_LOCAL_PROCESS_RANK": "3"}
 
 
-@pytest.mark.parametrize("multi_worker", [False, True])
-def test_a_stale_world_in_the_environment_never_reaches_the_launch(multi_worker):
-    p = plan(job(gpus=2), CompilerSettings(enabled=True, multi_worker=multi_worker), env={**STALE, "HOME": "/root"})
+@pytest.mark.parametrize("distribution", [Distribution.NONE, Distribution.DATA_PARALLEL])
+def test_a_stale_world_in_the_environment_never_reaches_the_launch(distribution):
+    p = plan(job(gpus=2), JobSettings(enabled=True, distribution=distribution), env={**STALE, "HOME": "/root"})
     assert not set(STALE) & set(p.command.env), p.command.env   # one worker: none; several: opentc-run's own
     assert p.command.env["HOME"] == "/root"
     assert dict(p.replaced_variables) == STALE
@@ -168,20 +171,20 @@ def test_a_stale_world_in_the_environment_never_reaches_the_launch(multi_worker)
 
 def test_sm_variables_describe_this_job_and_replace_preset_ones():
     j = job(script_env={"SM_MODEL_DIR": "/opt/ml/model", "SM_HPS": "{}"})
-    p = plan(j, CompilerSettings(), env={"SM_MODEL_DIR": "/elsewhere", "SM_HPS": "{}", "SM_EXTRA": "mine"})
+    p = plan(j, JobSettings(), env={"SM_MODEL_DIR": "/elsewhere", "SM_HPS": "{}", "SM_EXTRA": "mine"})
     assert p.command.env["SM_MODEL_DIR"] == "/opt/ml/model" and p.command.env["SM_EXTRA"] == "mine"
     assert dict(p.replaced_variables) == {"SM_MODEL_DIR": "/elsewhere"}   # the same value is no replacement
 
 
 def test_the_inductor_backend_plans_plain_pytorch_workers_that_compile():
-    p = plan(job(gpus=0), CompilerSettings(enabled=True, compiler_name="inductor", multi_worker=True),
+    p = plan(job(gpus=0), JobSettings(enabled=True, compiler_name="inductor", distribution=Distribution.DATA_PARALLEL),
              launch=LaunchSettings(workers_per_host=2))
     argv = p.command.argv
     assert option(argv, "--backend") == "inductor" and option(argv, "--device") == "cpu"
     assert option(argv, "--nproc-per-node") == "2"            # several CPU workers: gloo has collectives
     assert p.command.env["USE_TORCH_XLA"] == "0" and p.command.env["ACCELERATE_DYNAMO_BACKEND"] == "inductor"
     assert option(argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "compile-cache")
-    p = plan(job(gpus=4), CompilerSettings(enabled=True, compiler_name="inductor"),
+    p = plan(job(gpus=4), JobSettings(enabled=True, compiler_name="inductor"),
              env={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "ACCELERATE_DYNAMO_MODE": "max-autotune"})
     assert option(p.command.argv, "--device") == "cuda"
     assert p.command.env["ACCELERATE_DYNAMO_BACKEND"] == "aot_eager"            # the user's choice is kept ...

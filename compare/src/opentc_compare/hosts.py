@@ -16,9 +16,10 @@ from typing import Any
 
 from .inputs import InputError, Job
 
-# The toolkit's job_summary.BATCHES: throughput from the batches the host's own workers were handed, summed over
-# them, so that the job's is the sum over its hosts. The other source, the Trainer's train_samples_per_second, already
-# counts every process of the job (its batch size times the world size), and only the leader's workers print it.
+# The source the toolkit's job summary names (job_summary.py imports it from here): throughput from the batches the
+# host's own workers were handed, summed over them, so that the job's is the sum over its hosts. The other source, the
+# Trainer's train_samples_per_second, already counts every process of the job (its batch size times the world size),
+# and only the leader's workers print it.
 BATCHES = "batch shapes, steady state"
 MISSING_NAMED = 3   # a label names this many missing hosts at most, then counts the rest
 

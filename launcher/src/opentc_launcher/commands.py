@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 import sys
 
+# Facts of a launch that the toolkit's plan and opentc-run's own must agree on, written once.
+DEFAULT_MASTER_PORT = 29500        # the rendezvous port when none is given: torchrun's own default
+WORKING_CACHE = "compile-cache"    # in a run's scratch folder: the backend's working copy of the compilation cache
+
 
 def _command(script: str, module: str, python: str) -> tuple[str, ...]:
     candidate = os.path.join(os.path.dirname(python), script)

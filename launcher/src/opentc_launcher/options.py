@@ -7,7 +7,9 @@ not through the launcher's own environment, so nothing is configured by mutating
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from .installed import default_compiler
 
@@ -24,37 +26,79 @@ def off_names(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for name in names if name))
 
 
+# How a worker option is written on a command line and parsed: CHOICE (one of `choices`), FLAG (true|false), WHOLE
+# (a whole number >= 0), NUMBER (any int), NAMES (comma-separated names), TEXT (a folder or other free text), BACKEND
+# (a backend's name: the registry's, which this module cannot import).
+CHOICE, FLAG, WHOLE, NUMBER, NAMES, TEXT, BACKEND = "choice", "flag", "whole", "number", "names", "text", "backend"
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A worker option's declaration, beside its field: what opentc-run and opentc-worker say about it (`help`,
+    `metavar`), how it is parsed (`kind`, `choices`), and whether a front end's job sets it by a hyperparameter of the
+    option's name (`hyperparameter`: the SageMaker toolkit reads and checks it, and hands it to the workers, from this
+    declaration alone)."""
+
+    help: str
+    kind: str = TEXT
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    hyperparameter: bool = False
+
+
+def _option(default: object = None, *, default_factory: Callable[[], object] | None = None, **declared: Any) -> Any:
+    metadata = {"declared": Declared(**declared)}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
-    # The compiler: xla (PyTorch/XLA), inductor (torch.compile's TorchInductor), or eager (plain PyTorch). Default:
-    # xla where torch-xla is installed, else inductor (opentc_launcher.installed).
-    backend: str = field(default_factory=default_compiler)
-    # auto = not decided yet (opentc_launcher.decision asks the backend: for xla PJRT_DEVICE, else cuda when a GPU
-    # is visible, else cpu). Launchers pass the decided device to their workers.
-    device: str = "auto"
-    # What to do with several XLA:CPU workers, which cannot all-reduce across processes (xla only).
-    cpu_multi_worker: str = DEFAULT_CPU_MULTI_WORKER
-    # Where each worker writes its compile report (JSON); empty = no report.
-    compile_report_dir: str = ""
-    # Persistent compilation cache root (a sub-folder per backend, version and device); empty = no persistent cache.
-    compile_cache_dir: str = ""
-    # Where the workers compile when their backend works on a copy of the cache (published_cache: inductor), a
-    # folder of the launcher's own; empty = in compile_cache_dir itself. Other backends ignore it.
-    compile_cache_work_dir: str = ""
-    # Stop the worker once it has compiled more than this many graphs; 0 = no limit.
-    max_compilations: int = 0
-    # Steps (syncs) after which a new graph counts as a recompilation worth a warning.
-    warmup_steps: int = 5
-    # Version-guarded fixes for library code that mishandles XLA tensors (xla/library_patches.py; xla only).
-    library_patches: bool = True
-    # Where each worker writes what it measured (steps, step times, throughput, peak memory) for the job summary.
-    summary_dir: str = ""
-    # The GPUs on this host, as the outermost launcher counted them (gpus.visible_gpu_count), handed down so that every
-    # process decides with the same count; -1: not counted yet, count here.
-    gpu_count: int = -1
-    # The backend's compile-time defaults to leave off: names it declares (CompilerBackend.optional_defaults), comma
-    # separated, or "all"; empty: every default on.
-    defaults_off: str = ""
+    """What every worker runs with: each field is a worker option (--backend, --device, ...), declared once here."""
+
+    backend: str = _option(
+        default_factory=default_compiler, kind=BACKEND,
+        help="xla: the script runs on PyTorch/XLA; inductor: torch.compile's TorchInductor, with its cache, report and "
+             "limit (torch_xla untouched); eager: plain PyTorch, no compiler (default: xla where torch-xla is "
+             "installed, else inductor)")
+    # Launchers pass the decided device to their workers (auto: not decided yet: opentc_launcher.decision).
+    device: str = _option("auto", kind=CHOICE, choices=DEVICES,
+                          help="auto: for xla PJRT_DEVICE if set, else cuda when a GPU is visible, else cpu")
+    cpu_multi_worker: str = _option(
+        DEFAULT_CPU_MULTI_WORKER, kind=CHOICE, choices=CPU_MULTI_WORKER_POLICIES, hyperparameter=True,
+        help="several XLA:CPU workers cannot all-reduce across processes: refuse to start (default) or run them as "
+             "unsynchronised replicas with a loud warning")
+    compile_report_dir: str = _option("", metavar="DIR", help="write each worker's compile report (JSON) into DIR")
+    compile_cache_dir: str = _option(
+        "", metavar="DIR", help="persistent compilation cache root (a sub-folder per backend, version and device)")
+    compile_cache_work_dir: str = _option(
+        "", metavar="DIR",
+        help="compile in a copy of the cache kept in DIR, published back to --compile-cache-dir after a successful "
+             "job, for backends whose cache cannot survive a stop (inductor); opentc-run makes one itself when this "
+             "is not given")
+    max_compilations: int = _option(
+        0, kind=WHOLE, metavar="N", hyperparameter=True,
+        help="stop with an error once a worker has compiled more than N graphs (inductor: captured by Dynamo, cached "
+             "or not; 0: no limit)")
+    warmup_steps: int = _option(5, kind=WHOLE, metavar="N",
+                                help="graphs compiled after N steps are reported as recompilations")
+    library_patches: bool = _option(
+        True, kind=FLAG, metavar="true|false", hyperparameter=True,
+        help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads every step, "
+             "saving, tied weights: xla/library_patches.py); false: run them as installed")
+    summary_dir: str = _option(
+        "", metavar="DIR",
+        help="write each worker's measurements (optimizer steps, step times, throughput from its batches, peak "
+             "memory) as JSON into DIR, for a job summary")
+    gpu_count: int = _option(
+        -1, kind=NUMBER, metavar="N",
+        help="the GPUs on this host, as a launcher above this one counted them (default -1: count them here, "
+             "through NVML, honouring CUDA_VISIBLE_DEVICES)")
+    defaults_off: str = _option(
+        "", kind=NAMES, metavar="NAMES", hyperparameter=True,
+        help="leave these compile-time defaults of the backend off: comma-separated names ({declared}), or "
+             f"{ALL_DEFAULTS}")
 
     def gpus(self) -> int:
         """The GPU count handed down, else this process's own."""
@@ -77,3 +121,14 @@ class WorkerOptions:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> WorkerOptions:
         return cls(**{f.name: getattr(ns, f.name) for f in fields(cls)})
+
+
+def declared_options() -> list[tuple[str, Declared, object]]:
+    """Every worker option: (name, declaration, default), in the order of WorkerOptions' fields."""
+    defaults = WorkerOptions()
+    return [(f.name, f.metadata["declared"], getattr(defaults, f.name)) for f in fields(WorkerOptions)]
+
+
+def hyperparameter_options() -> list[tuple[str, Declared, object]]:
+    """The worker options a SageMaker job sets with hyperparameters of the compiler's own."""
+    return [option for option in declared_options() if option[1].hyperparameter]

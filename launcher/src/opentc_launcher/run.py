@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from . import exit_codes
 from .arguments import add_worker_arguments
-from .commands import worker_command
+from .commands import DEFAULT_MASTER_PORT, WORKING_CACHE, worker_command
 from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from .failure_records import LAUNCH, FailureRecord, read_error_file
@@ -50,7 +50,6 @@ log = logging.getLogger("opentc_launcher")
 # Standard variables (Kubernetes operators, batch schedulers, torchrun's own docs) used as defaults when
 # neither the option nor torchrun's PET_* variable gives a value.
 STANDARD_VARIABLES = {"master_addr": "MASTER_ADDR", "master_port": "MASTER_PORT", "node_rank": "NODE_RANK"}
-TORCHRUN_MASTER_PORT = 29500   # torchrun's own default
 
 
 @dataclass(frozen=True)
@@ -150,7 +149,7 @@ def _open_working_copy(options: WorkerOptions, scratch: str) -> tuple[WorkerOpti
     above this one made it (the toolkit passes --compile-cache-work-dir); published after the workers succeed."""
     if options.compile_cache_work_dir or not options.compile_cache_dir:
         return options, None
-    with_copy = replace(options, compile_cache_work_dir=os.path.join(scratch, "compile-cache"))
+    with_copy = replace(options, compile_cache_work_dir=os.path.join(scratch, WORKING_CACHE))
     cache = backend_named(options.backend).cache_copy(with_copy, os.environ)
     if cache is None:
         return options, None
@@ -184,7 +183,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
     gpu_count = args.gpu_count if args.gpu_count >= 0 else visible_gpu_count()   # counted once, handed down
     if args.master_port is None:   # torch >= 2.8 leaves it unset for run() to fill in; config_from_args needs it
-        args.master_port = TORCHRUN_MASTER_PORT
+        args.master_port = DEFAULT_MASTER_PORT
     problem = resolve_standard_variables(args) or option_problem(args, gpu_count)
     if problem:
         _fail(args, exit_codes.BAD_INPUT, problem)

@@ -21,7 +21,8 @@ from dataclasses import replace
 from opentc_launcher.env_values import whole_number
 from opentc_launcher.text import shown
 
-from .compiler import MULTI_WORKER, CompilerSettings
+from .compiler import MULTI_WORKER, JobSettings
+from .distributions import Distribution
 from .job import AdaptedJob, TrainingJob
 from .not_started import BadInput
 
@@ -125,7 +126,7 @@ def _workers_per_host(value: str | None, job: TrainingJob, entry: str) -> int | 
         f"per GPU.")
 
 
-def adapt_aws_launcher(job: TrainingJob, settings: CompilerSettings, code: str) -> AdaptedJob | None:
+def adapt_aws_launcher(job: TrainingJob, settings: JobSettings, code: str) -> AdaptedJob | None:
     """The job as it must really run when its entry script is an AWS-era launcher (None for any other job):
     entry point = the `training_script` hyperparameter, its arguments converted as sm_dist converted them, and
     several workers (one per GPU, or `num_gpus` per host), as sm_dist always started, on XLA (what sm_dist ran) unless
@@ -151,5 +152,5 @@ def adapt_aws_launcher(job: TrainingJob, settings: CompilerSettings, code: str) 
                f"{TRAINING_SCRIPT}={script} directly, {how_many}, with arguments {list(script_args)}"
                + (f" ({'; '.join(notes)})" if notes else ""))
     compiler = settings.compiler_name if settings.compiler_named else "xla"
-    return AdaptedJob(job=adapted, settings=replace(settings, multi_worker=True, compiler_name=compiler),
-                      summary=summary)
+    settings = replace(settings, distribution=Distribution.XLA_MULTI_WORKER, compiler_name=compiler)
+    return AdaptedJob(job=adapted, settings=settings, summary=summary)

@@ -13,24 +13,38 @@ from opentc_launcher.backend import CompilerBackend
 from opentc_launcher.cuda_driver import XLA_IMAGE_VARIABLE
 from opentc_launcher.env_values import MAX_DIGITS, whole_number
 from opentc_launcher.installed import default_compiler, why_default
-from opentc_launcher.options import CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER, off_names
+from opentc_launcher.options import (
+    CHOICE,
+    FLAG,
+    NAMES,
+    WHOLE,
+    Declared,
+    WorkerOptions,
+    hyperparameter_options,
+    off_names,
+)
 from opentc_launcher.registry import COMPILER_NAMES, backend_named, defaults_off_problem
 from opentc_launcher.text import shown
 
-from .distributions import XLA_MULTI_WORKER, read_distribution
+from .distributions import XLA_MULTI_WORKER, Distribution, read_distribution
 from .flags import boolean as _boolean
 from .not_started import BadInput
 
 ENABLED = "sagemaker_training_compiler_enabled"
 DEBUG = "sagemaker_training_compiler_debug_mode"
 MULTI_WORKER = XLA_MULTI_WORKER
-CPU_MULTI_WORKER = "sagemaker_training_compiler_cpu_multi_worker"
 CACHE = "sagemaker_training_compiler_cache"
 CACHE_DIR = "sagemaker_training_compiler_cache_dir"
-MAX_COMPILATIONS = "sagemaker_training_compiler_max_compilations"
-LIBRARY_PATCHES = "sagemaker_training_compiler_library_patches"
 BACKEND = "sagemaker_training_compiler_backend"
-DEFAULTS_OFF = "sagemaker_training_compiler_defaults_off"
+COMPILER_PREFIX = "sagemaker_training_compiler_"
+# The worker options a job sets by hyperparameter, each declared once with the launcher's option
+# (opentc_launcher.options.WorkerOptions, hyperparameter=True): its key is the prefix and the option's name, its
+# default and parsing are the declaration's, and JobSettings has a field of the same name.
+WORKER_SETTINGS = {name: COMPILER_PREFIX + name for name, _, _ in hyperparameter_options()}
+CPU_MULTI_WORKER = WORKER_SETTINGS["cpu_multi_worker"]
+MAX_COMPILATIONS = WORKER_SETTINGS["max_compilations"]
+LIBRARY_PATCHES = WORKER_SETTINGS["library_patches"]
+DEFAULTS_OFF = WORKER_SETTINGS["defaults_off"]
 
 # The launcher's words for a setting, as a SageMaker job sets it (opentc_launcher.setting_names): handed down to the
 # launcher and its workers, so their messages name the hyperparameter to change.
@@ -48,9 +62,7 @@ SETTING_NAMES = {
 }
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
-COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CPU_MULTI_WORKER, CACHE, CACHE_DIR, MAX_COMPILATIONS, LIBRARY_PATCHES,
-                 DEFAULTS_OFF)
-COMPILER_PREFIX = "sagemaker_training_compiler_"
+COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CACHE, CACHE_DIR, *WORKER_SETTINGS.values())
 
 
 def _choice(params: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:
@@ -85,6 +97,19 @@ def _names(params: Mapping[str, Any], key: str) -> str:
     return ",".join(off_names(value))
 
 
+def _worker_setting(params: Mapping[str, Any], key: str, declared: Declared, default: Any) -> Any:
+    """A worker option's hyperparameter, parsed as its declaration says; refused (BadInput) with what is accepted."""
+    if declared.kind == CHOICE:
+        return _choice(params, key, declared.choices, default)
+    if declared.kind == FLAG:
+        return _boolean(params, key, default)
+    if declared.kind == WHOLE:
+        return _whole_number(params, key, default)
+    if declared.kind == NAMES:
+        return _names(params, key)
+    raise TypeError(f"worker option {key} is declared {declared.kind!r}: no hyperparameter parsing for that kind")
+
+
 def _folder(params: Mapping[str, Any], key: str) -> str:
     value = params.get(key, "")
     if not isinstance(value, str) or (value and not os.path.isabs(value)):
@@ -95,23 +120,30 @@ def _folder(params: Mapping[str, Any], key: str) -> str:
 
 
 @dataclass(frozen=True)
-class CompilerSettings:
+class JobSettings:
     enabled: bool = False
     # The compiler the job chose (xla or inductor); it runs only when enabled: backend_name says what runs.
     compiler_name: str = field(default_factory=default_compiler)
     compiler_named: bool = False  # whether the job named it; else it is this image's default
     debug: bool = False
-    multi_worker: bool = False
+    # One worker per host, or one per device and why (distributions.py).
+    distribution: Distribution = Distribution.NONE
     # What asked for several workers: hyperparameters (distributions.py) or an SDK's words, for messages.
     multi_worker_asked_by: tuple[str, ...] = ()
     # How the image runs the distribution that was asked for, when that differs from what AWS's containers did.
     distribution_notes: tuple[str, ...] = ()
-    cpu_multi_worker: str = DEFAULT_CPU_MULTI_WORKER
     cache: bool = True
     cache_dir: str = ""          # empty: the default under the checkpoints folder
-    max_compilations: int = 0    # 0: no limit
-    library_patches: bool = True  # opentc_launcher.xla.library_patches on XLA runs
-    defaults_off: str = ""       # the compiler's compile-time defaults to leave off (names, comma-separated)
+    # WORKER_SETTINGS: their defaults are the launcher's (WorkerOptions), their meaning its options' help.
+    cpu_multi_worker: str = WorkerOptions.cpu_multi_worker
+    max_compilations: int = WorkerOptions.max_compilations
+    library_patches: bool = WorkerOptions.library_patches
+    defaults_off: str = WorkerOptions.defaults_off
+
+    @property
+    def multi_worker(self) -> bool:
+        """Whether each host runs a worker per device (through opentc-run) rather than one."""
+        return self.distribution is not Distribution.NONE
 
     @property
     def backend_name(self) -> str:
@@ -125,7 +157,7 @@ class CompilerSettings:
 
     @classmethod
     def from_hyperparameters(cls, params: Mapping[str, Any],
-                             script_params: Mapping[str, Any] = MappingProxyType({})) -> CompilerSettings:
+                             script_params: Mapping[str, Any] = MappingProxyType({})) -> JobSettings:
         """From the job's sagemaker_* hyperparameters (`params`); `script_params`, the script's own, show a
         distribution the SDK sends outside that namespace (distributions.py)."""
         distribution = read_distribution(params, script_params)
@@ -139,15 +171,14 @@ class CompilerSettings:
             compiler_name=_choice(params, BACKEND, COMPILER_NAMES, default_compiler()),
             compiler_named=BACKEND in params,
             debug=_boolean(params, DEBUG, False),
-            multi_worker=distribution.several_workers,
+            distribution=distribution.distribution,
             multi_worker_asked_by=distribution.asked_by,
             distribution_notes=distribution.notes,
-            cpu_multi_worker=_choice(params, CPU_MULTI_WORKER, CPU_MULTI_WORKER_POLICIES, DEFAULT_CPU_MULTI_WORKER),
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),
-            max_compilations=_whole_number(params, MAX_COMPILATIONS, 0),
-            library_patches=_boolean(params, LIBRARY_PATCHES, True),
-            defaults_off=_names(params, DEFAULTS_OFF),
+            **{name: _worker_setting(params, key, declared, default)
+               for (name, declared, default), key in zip(hyperparameter_options(), WORKER_SETTINGS.values(),
+                                                         strict=True)},
         )
 
 
@@ -187,7 +218,7 @@ class EnvironmentChanges:
     kept: Mapping[str, str]          # name -> the value the user set (which stays)
 
 
-def compiler_environment(settings: CompilerSettings, *, gpu_count: int, compiler_output: str,
+def compiler_environment(settings: JobSettings, *, gpu_count: int, compiler_output: str,
                          base_env: Mapping[str, str]) -> EnvironmentChanges:
     """The variables the workers need for the backend (opentc_launcher's backend decides which); a variable the
     user already set is kept, never overridden. Debug mode's artefacts go under `compiler_output`.

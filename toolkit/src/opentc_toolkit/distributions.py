@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from opentc_launcher.env_values import flag
@@ -66,12 +67,23 @@ REFUSED: dict[str, tuple[str, str]] = {
 MODEL_PARALLEL = "mp_parameters"   # distribution={"smdistributed": {"modelparallel": ...}} (SMP)
 
 
-@dataclass(frozen=True)
-class Distribution:
-    """Whether the job asked for several workers per host, by which hyperparameters, and what the log should say of
-    how the image runs what was asked."""
+class Distribution(Enum):
+    """How the job's work is spread over each host: one worker, or one per device (GPU, or on CPUs as many as
+    asked), as data-parallel workers (torch_distributed, pytorchddp, smdistributed's dataparallel, an SDK v3
+    Torchrun) or as PyTorch/XLA's multi-worker launch (pytorchxla, an AWS-era sm_dist launcher). Both of the latter
+    launch the same way, through opentc-run; the name says what the job asked for."""
 
-    several_workers: bool = False
+    NONE = "one worker"
+    DATA_PARALLEL = "data-parallel workers, one per device"
+    XLA_MULTI_WORKER = "PyTorch/XLA's multi-worker launch, one worker per device"
+
+
+@dataclass(frozen=True)
+class DistributionAsked:
+    """The distribution the job asked for, by which hyperparameters, and what the log should say of how the image
+    runs what was asked."""
+
+    distribution: Distribution = Distribution.NONE
     asked_by: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -89,7 +101,7 @@ def shown(value: Any) -> str:
     return sent if len(sent) <= 60 else sent[:50] + "..."
 
 
-def read_distribution(framework_params: Mapping[str, Any], script_params: Mapping[str, Any]) -> Distribution:
+def read_distribution(framework_params: Mapping[str, Any], script_params: Mapping[str, Any]) -> DistributionAsked:
     """The distribution the job's hyperparameters ask for; a distribution this image cannot run is refused
     (BadInput: exit code 2, before anything starts), naming the key, why, and what to use instead."""
     for key, (what, instead) in REFUSED.items():
@@ -104,7 +116,9 @@ def read_distribution(framework_params: Mapping[str, Any], script_params: Mappin
                        f"PyTorch's own FSDP (torch.distributed.fsdp.fully_shard) in the script.")
     asked = tuple(key for key in SEVERAL_WORKERS if boolean(framework_params, key, False))
     notes = tuple(as_pytorch_ddp(key) for key in asked if key in AS_PYTORCH_DDP)
-    return Distribution(several_workers=bool(asked), asked_by=asked, notes=notes)
+    distribution = (Distribution.XLA_MULTI_WORKER if XLA_MULTI_WORKER in asked else
+                    Distribution.DATA_PARALLEL if asked else Distribution.NONE)
+    return DistributionAsked(distribution=distribution, asked_by=asked, notes=notes)
 
 
 def as_pytorch_ddp(key: str) -> str:

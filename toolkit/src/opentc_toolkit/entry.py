@@ -1,7 +1,10 @@
 """`train` in the image, `opentc-train [JOB_DIR]` anywhere: one training job, from its files to its verdict.
 
-    job files -> read_job -> TrainingJob -> CompilerSettings -> build_plan -> LaunchPlan
-              -> Supervisor.run -> judge -> Outcome -> report (output/success or output/failure, exit code)
+    job files -> read_job -> TrainingJob -> JobSettings -> build_plan -> LaunchPlan
+              -> Supervisor.run -> judge -> Outcome -> wrap_up -> write_summary
+              -> report (output/success or output/failure, exit code) -> wait_for_every_host
+
+`--dry-run` stops at the plan and prints it (dry_run.py).
 
 This entry reads the job itself, so a missing or malformed job file is a clear failure and never an exit 0.
 sagemaker-training's `train` with SAGEMAKER_TRAINING_MODULE=opentc_toolkit.entry:main also lands here, once
@@ -25,18 +28,18 @@ from typing import NoReturn
 from opentc_launcher import exit_codes
 from opentc_launcher.files import unwritable
 
-from .aws_launcher import adapt_aws_launcher
-from .compiler import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, CompilerSettings
+from .compiler import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
 from .distributions import TORCH_DISTRIBUTED
+from .dry_run import dry_run
 from .hosts_end import end_port, wait_for_every_host
-from .job import JobPaths, TrainingJob, read_job
+from .job import JobPaths, TrainingJob
+from .job_plan import plan_job
 from .job_summary import JobRecorder, write_summary
-from .model_trainer import adapt_model_trainer
 from .not_started import BadInput, JobNotStarted
 from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stop_outcome
 from .peers import wait_for_hosts
-from .plan import LaunchPlan, LaunchSettings, build_plan, with_setting_names
-from .source import entry_point_path, fetch_code, install_requirements
+from .plan import LaunchPlan, LaunchSettings, with_setting_names
+from .source import install_requirements
 from .supervisor import JobStopped, Supervisor
 from .wrap_up import settle, wrap_up
 
@@ -45,7 +48,7 @@ log = logging.getLogger("opentc_toolkit")
 DEFAULT_BASE_DIR = "/opt/ml"
 
 
-def announce(job: TrainingJob, settings: CompilerSettings, plan: LaunchPlan, base_env: Mapping[str, str]) -> None:
+def announce(job: TrainingJob, settings: JobSettings, plan: LaunchPlan, base_env: Mapping[str, str]) -> None:
     if settings.enabled:
         log.info("Found configuration for Training Compiler")
         log.info("Configuring SM Training Compiler... (%s)", settings.backend_note())
@@ -91,15 +94,15 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
             scratch: str, recorder: JobRecorder) -> Outcome:
     """Read the job, prepare its code, plan the launch, run it, and judge how it ended; `recorder` learns what
     the job is and reads the workers' lines, for the job summary."""
+    def noted(job: TrainingJob, settings: JobSettings | None) -> None:
+        recorder.job = job
+        if settings is not None:
+            recorder.settings = settings
+
     try:
-        job = recorder.job = read_job(paths)
-        settings = recorder.settings = CompilerSettings.from_hyperparameters(job.framework_params, job.hyperparameters)
-        settings.check_installed(base_env)
-        adapted = adapt_model_trainer(job, settings)
-        if adapted is not None:   # the job as the SageMaker SDK v3's ModelTrainer laid it out
-            log.info("%s", adapted.summary)
-            job, settings = adapted.job, adapted.settings
-            recorder.job, recorder.settings = job, settings
+        planned = plan_job(paths, launch, base_env, scratch, noted)
+        job, settings, code, plan = planned.job, planned.settings, planned.code, planned.plan
+        recorder.plan = plan
         # SageMaker creates these; a job folder run by hand may lack them, and SM_MODEL_DIR and
         # SM_OUTPUT_DATA_DIR point the script at them.
         for folder in (paths.output_data, paths.model):
@@ -107,24 +110,14 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
                 os.makedirs(folder, exist_ok=True)
             except OSError as e:
                 raise BadInput(f"the job folder cannot hold its output: {folder} cannot be created "
-                                     f"({e}); model/ and output/ must be writable folders.") from None
+                               f"({e}); model/ and output/ must be writable folders.") from None
         # The job summary goes there, and with the compiler on its report and debug artefacts (output/data/compiler).
         for folder in (paths.output_data, *((job.paths.compiler_output,) if settings.enabled else ())):
             problem = unwritable(folder)
             if problem:
                 raise BadInput(f"the job folder cannot hold its output: nothing can be written in {folder} "
-                                     f"({problem}); output/data must be a writable folder (SageMaker's always is; a "
-                                     f"job folder mounted by hand must be mounted read-write).")
-        code = fetch_code(job, scratch)
-        adapted = adapt_aws_launcher(job, settings, code)
-        if adapted is not None:   # the job as AWS's torch_xla.distributed.sm_dist would have run it
-            log.info("%s", adapted.summary)
-            job, settings = adapted.job, adapted.settings
-            recorder.job, recorder.settings = job, settings
-            settings.check_installed(base_env)   # it runs on XLA: an image without torch-xla says so now
-        # Everything that can refuse the job's settings is decided here, before anything is installed or started.
-        plan = recorder.plan = build_plan(job, settings, launch, base_env, entry_point_path(job, code), code,
-                                          scratch)
+                               f"({problem}); output/data must be a writable folder (SageMaker's always is; a "
+                               f"job folder mounted by hand must be mounted read-write).")
         announce(job, settings, plan, base_env)
         install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
         cache = recorder.cache = settings.backend.cache_copy(plan.options, base_env)
@@ -204,6 +197,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
         prog="opentc-train", description="Run a SageMaker training job folder as the image's `train` does.")
     parser.add_argument("job_dir", nargs="?", help="a folder laid out like /opt/ml (input/config/*.json, "
                                                    "code/, ...); default: $SAGEMAKER_BASE_DIR, else /opt/ml")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the launch plan (settings and their sources, the command, the environment, what "
+                             "would be installed) and exit: nothing is run, installed or written; bad input exits as "
+                             "the job would, with its message on stderr")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.job_dir:
         base = os.path.abspath(args.job_dir)
@@ -214,6 +211,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     else:
         base = os.environ.get("SAGEMAKER_BASE_DIR") or DEFAULT_BASE_DIR
     configure_logging()
+    if args.dry_run:
+        _exit(dry_run(JobPaths(base), dict(os.environ)))
     _exit(train(JobPaths(base), dict(os.environ)))
 
 

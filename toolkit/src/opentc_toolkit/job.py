@@ -18,7 +18,7 @@ from typing import Any
 from opentc_launcher.gpus import visible_gpu_count
 from opentc_launcher.text import printable
 
-from .compiler import CompilerSettings
+from .compiler import JobSettings
 from .not_started import BadInput
 
 HYPERPARAMETERS = "hyperparameters.json"
@@ -258,5 +258,5 @@ class AdaptedJob:
     instead (for the log)."""
 
     job: TrainingJob
-    settings: CompilerSettings
+    settings: JobSettings
     summary: str

@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentc_compare.hosts import BATCHES
 from opentc_compare.summary import FILE_NAME, FORMAT, headline
 from opentc_launcher.files import write_json
 from opentc_launcher.installed import version
 from opentc_launcher.published_cache import WorkingCopy
 
-from .compiler import CompilerSettings
+from .compiler import JobSettings
 from .job import JobPaths, TrainingJob
 from .loss_lines import LossLines
 from .outcome import Outcome
@@ -31,9 +32,9 @@ from .plan import LaunchPlan
 
 log = logging.getLogger(__name__)
 
-# Where the throughput comes from (docs/did-it-pay.md): the batches torch's DataLoaders handed out after warm-up,
-# else the Trainer's own train_samples_per_second, over its whole run (compilation included).
-BATCHES = "batch shapes, steady state"
+# Where the throughput comes from (docs/did-it-pay.md): the batches torch's DataLoaders handed out after warm-up
+# (BATCHES, the words opentc-compare sums hosts by), else the Trainer's own train_samples_per_second, over its whole
+# run (compilation included).
 TRAINER_RATE = "the Trainer's train_samples_per_second, whole run"
 VERSIONED = {"torch": "torch", "torch-xla": "torch-xla", "transformers": "transformers", "opentc": "opentc-toolkit"}
 
@@ -45,7 +46,7 @@ class JobRecorder:
     started: float = field(default_factory=time.time)
     lines: LossLines = field(default_factory=LossLines)
     job: TrainingJob | None = None
-    settings: CompilerSettings | None = None
+    settings: JobSettings | None = None
     plan: LaunchPlan | None = None
     cache: WorkingCopy | None = None     # the working copy of the compilation cache, when the backend uses one
 

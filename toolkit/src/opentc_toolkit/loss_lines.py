@@ -43,7 +43,8 @@ _TRAINER_RATES = {key: re.compile(rf"""['"]{key}['"]\s*:\s*['"]?{_NUMBER}""")
 
 
 class LossLines:
-    """Fed line by line (from the supervisor's pumps, in any thread); `result()` when the job has ended."""
+    """Fed line by line (from the supervisor's pumps, in any thread); `loss()` and `trainer_rates()` when the job
+    has ended."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -19,7 +19,8 @@ from types import MappingProxyType
 
 from opentc_launcher.env_values import whole_number
 
-from .compiler import CompilerSettings
+from .compiler import JobSettings
+from .distributions import Distribution
 from .job import AdaptedJob, TrainingJob
 from .not_started import BadInput
 
@@ -95,7 +96,7 @@ def read_model_trainer_source(base: str) -> ModelTrainerSource | None:
     )
 
 
-def adapt_model_trainer(job: TrainingJob, settings: CompilerSettings) -> AdaptedJob | None:
+def adapt_model_trainer(job: TrainingJob, settings: JobSettings) -> AdaptedJob | None:
     """The job as the SDK v3's SourceCode describes it (None for a job the SDK v3 did not lay out), where the
     hyperparameters do not say otherwise: the entry script and the code channel, the requirements file, the
     workers per host, and the SM_* variables its drivers would set that sagemaker-training does not."""
@@ -105,7 +106,7 @@ def adapt_model_trainer(job: TrainingJob, settings: CompilerSettings) -> Adapted
     if source.torchrun and not settings.multi_worker:
         # Torchrun asks for several workers per host: this image's launcher starts them (torchrun's rendezvous and
         # environment), with the compiler's settings in every worker.
-        settings = replace(settings, multi_worker=True, multi_worker_asked_by=(TORCHRUN,))
+        settings = replace(settings, distribution=Distribution.DATA_PARALLEL, multi_worker_asked_by=(TORCHRUN,))
     entry_point = job.entry_point or source.entry_script
     extra = {
         "SM_SOURCE_DIR": source.code_dir,

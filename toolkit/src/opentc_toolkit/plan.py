@@ -1,4 +1,6 @@
-"""The launch plan: what runs the job on this host, as a command line and an environment. Pure functions.
+"""The launch plan: what runs the job on this host, as a command line and an environment. Functions of their
+arguments that start nothing and write nothing; they read the machine only where the launch depends on it
+(decide() asks whether the backend is installed and, for a GPU launch, may ask the CUDA driver what it supports).
 
 Every fact of the launch is decided here, once: the workers per host and the rendezvous (from the job and
 LaunchSettings), the PJRT device and the CPU multi-worker policy (through opentc_launcher.decision, the
@@ -14,28 +16,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from opentc_launcher.commands import run_command, worker_command
+from opentc_launcher.commands import DEFAULT_MASTER_PORT, WORKING_CACHE, run_command, worker_command
 from opentc_launcher.decision import LaunchRefused, decide
 from opentc_launcher.env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from opentc_launcher.launch_checks import too_many_workers
 from opentc_launcher.options import WorkerOptions
 from opentc_launcher.setting_names import VARIABLE as SETTING_NAMES_VARIABLE
 
-from .compiler import CompilerSettings, compiler_environment
+from .compiler import WORKER_SETTINGS, JobSettings, compiler_environment
 from .job import TrainingJob
 from .not_started import BadInput
 from .outcome import FailureSource, LauncherFailureReport, WorkerErrorFile
 from .sharding import check_sharding
 from .supervisor import Command
 
-DEFAULT_MASTER_PORT = 29500
 DEFAULT_PEER_TIMEOUT = 300.0
 DEFAULT_GRACE = 90.0
 DEFAULT_FINISH_TIMEOUT = 300.0   # debug mode's reports and the cache's publication, after the workers
 DEFAULT_HOSTS_END_TIMEOUT = 60.0   # a multi-host job's hosts waiting for each other's verdicts (hosts_end.py)
 DEFAULT_CACHE_FOLDER = "compile-cache"   # under the checkpoints folder; a sub-folder per backend, version and device
 WORKER_RECORDS = "worker-records"   # in the run's scratch folder: each worker's measurements, for the job summary
-WORKING_CACHE = "compile-cache"     # in the run's scratch folder: a backend's working copy of the cache
 # Linux refuses a single argument or environment entry longer than this (MAX_ARG_STRLEN, 32 pages).
 MAX_ARG_BYTES = 131072
 
@@ -107,7 +107,7 @@ def is_world_variable(name: str) -> bool:
     return name in WORLD_VARIABLES or name.startswith(WORLD_PREFIXES)
 
 
-def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings) -> tuple[World, tuple[str, ...]]:
+def plan_world(job: TrainingJob, settings: JobSettings, launch: LaunchSettings) -> tuple[World, tuple[str, ...]]:
     """Workers per host and the rendezvous: one worker, or (multi-worker) one per GPU on every host (or as many
     as OPENTC_WORKERS_PER_HOST, else the job itself (an AWS-era launcher's num_gpus), else the SDK v3's
     Torchrun(process_count_per_node), says), meeting on hosts[0] (hosts[] is in the same order on every host).
@@ -127,7 +127,7 @@ def plan_world(job: TrainingJob, settings: CompilerSettings, launch: LaunchSetti
     return world, tuple(h for h in job.hosts if h != job.current_host)
 
 
-def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
+def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
     """What every worker runs with; the device and the CPU multi-worker policy decided for this world."""
     requested = WorkerOptions(backend="eager", gpu_count=job.num_gpus)
     if settings.enabled:
@@ -136,13 +136,10 @@ def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, e
             cache_dir = settings.cache_dir or os.path.join(job.paths.checkpoints, DEFAULT_CACHE_FOLDER)
         requested = WorkerOptions(
             backend=settings.compiler_name,
-            cpu_multi_worker=settings.cpu_multi_worker,
             compile_report_dir=job.paths.compiler_output,
             compile_cache_dir=cache_dir,
-            max_compilations=settings.max_compilations,
-            library_patches=settings.library_patches,
-            defaults_off=settings.defaults_off,
             gpu_count=job.num_gpus,
+            **{name: getattr(settings, name) for name in WORKER_SETTINGS},   # the hyperparameters' own options
         )
     try:
         return decide(requested, world.size, with_setting_names(env, settings), job.num_gpus)
@@ -150,7 +147,7 @@ def worker_options(settings: CompilerSettings, job: TrainingJob, world: World, e
         raise BadInput(str(e)) from None
 
 
-def with_setting_names(env: Mapping[str, str], settings: CompilerSettings) -> dict[str, str]:
+def with_setting_names(env: Mapping[str, str], settings: JobSettings) -> dict[str, str]:
     """`env` with the hyperparameters' names for the launcher's settings (compiler.SETTING_NAMES), which the launcher
     and its workers word their messages with."""
     return {**env, SETTING_NAMES_VARIABLE: json.dumps(settings.setting_names())}
@@ -176,7 +173,7 @@ def check_os_limits(argv: tuple[str, ...], env: Mapping[str, str]) -> None:
                 f"hyperparameters: put a large value in a file of an input channel and pass its name instead.")
 
 
-def build_plan(job: TrainingJob, settings: CompilerSettings, launch: LaunchSettings, base_env: Mapping[str, str],
+def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, base_env: Mapping[str, str],
                script: str, code_dir: str, scratch: str, python: str = sys.executable) -> LaunchPlan:
     """How to run `script` (in the folder `code_dir`, where the workers start) for this job on this host.
 

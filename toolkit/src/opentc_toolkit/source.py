@@ -46,8 +46,9 @@ def _is_tarball(path: str) -> bool:
         return False
 
 
-def fetch_code(job: TrainingJob, scratch: str) -> str:
-    """The folder the job's code runs from.
+def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> str:
+    """The folder the job's code runs from (`into_scratch`: fetched under `scratch` even into an empty code folder,
+    for a dry run, which writes nothing of the job's).
 
     sagemaker_submit_directory (a folder, or a file:// or s3:// tarball) is put into the code folder. When the
     code folder already holds files (code baked into a derived image, an earlier run's extraction), the code this
@@ -72,7 +73,9 @@ def fetch_code(job: TrainingJob, scratch: str) -> str:
                                  f"(corrupt, or another format): it must be a .tar.gz of the source folder, "
                                  f"as the SageMaker SDK uploads it, or a folder.")
     target = code
-    if os.path.isdir(code) and os.listdir(code):
+    if into_scratch:
+        target = os.path.join(scratch, "code")
+    elif os.path.isdir(code) and os.listdir(code):
         target = os.path.join(scratch, "code")
         log.warning("the code folder %s already holds files (%s), and sagemaker_submit_directory names other code "
                     "(%s): the submitted code runs, from %s, and %s is left as it is. To run the code folder's "
@@ -109,22 +112,32 @@ def _pip_reason(stderr: str) -> str:
     return reason
 
 
-def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, str], scratch: str,
-                         name: str = "requirements.txt") -> None:
-    """requirements.txt beside the script is installed before the script runs, as SageMaker does, with pip
-    under the supervisor (a stop reaches it) and under the pins of the packages that must move together."""
+def read_requirements(code: str, name: str = "requirements.txt") -> list[str] | None:
+    """The lines of requirements.txt in the code folder (None without one), refused when they would move a package
+    of the tested stack."""
     requirements = os.path.join(code, name)
     if not os.path.isfile(requirements):
-        return
-    pins = stack_pins()
+        return None
     with open(requirements, "rb") as f:
         lines = f.read().decode("utf-8", errors="replace").splitlines()
-    clashes = conflicts(lines, pins)
+    clashes = conflicts(lines, stack_pins())
     if clashes:
         raise BadInput(
             f"{name} asks for {', '.join(clashes)}. torch, torch-xla, the XLA:CUDA plugin and the "
             f"CUDA libraries are installed as one tested set and cannot be changed by {name}: remove "
             f"the requirement or pin the pinned version (the set is in /opt/opentc/constraints.txt).")
+    return lines
+
+
+def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, str], scratch: str,
+                         name: str = "requirements.txt") -> None:
+    """requirements.txt beside the script is installed before the script runs, as SageMaker does, with pip
+    under the supervisor (a stop reaches it) and under the pins of the packages that must move together."""
+    lines = read_requirements(code, name)
+    if lines is None:
+        return
+    requirements = os.path.join(code, name)
+    pins = stack_pins()
     constraints = os.path.join(scratch, "stack-constraints.txt")
     with open(constraints, "w", encoding="utf-8") as f:
         f.write(constraints_text(pins))

@@ -21,7 +21,7 @@ from ..installed import version
 PLUGIN_DISTRIBUTION = "jax-cuda12-pjrt"
 PLUGIN_LIBRARY = "xla_cuda_plugin.so"
 # The PJRT C API version each torch-xla release was built against (read from the binaries), and the
-# jax-cuda12-pjrt release that speaks exactly that version. constraints.txt pins one such pair; the test
+# jax-cuda12-pjrt release that speaks exactly that version. stacks/xla.txt pins one such pair; the test
 # tests/test_xla_cuda.py loads the installed pair through torch-xla with exact version checking.
 PJRT_C_API = {
     "2.7": ((0, 67), "0.5.3"),
@@ -48,7 +48,7 @@ def plugin_library_path() -> str:
         raise PluginUnusable(
             f"XLA:CUDA's PJRT plugin is not installed: the wheel {PLUGIN_DISTRIBUTION} is missing. Install the "
             f"pinned one: pip install -c /opt/opentc/constraints.txt {PLUGIN_DISTRIBUTION} (in a checkout: "
-            f"-c constraints.txt).") from None
+            f"-c constraints.txt -c stacks/xla.txt).") from None
     listed = [f for f in dist.files or () if f.name == PLUGIN_LIBRARY]
     path = os.path.abspath(str(dist.locate_file(listed[0]))) if listed else ""
     if not path or not os.path.isfile(path):
@@ -105,7 +105,7 @@ def check_cuda_plugin(torch_xla_version: str | None = None) -> str:
         raise PluginUnusable(
             f"XLA:CUDA's PJRT plugin does not match torch-xla: {PLUGIN_DISTRIBUTION} "
             f"{version(PLUGIN_DISTRIBUTION)} speaks PJRT C API {found[0]}.{found[1]}, torch-xla "
-            f"{torch_xla_version} expects {expected[0]}.{expected[1]}. Pin them as a pair in constraints.txt: "
+            f"{torch_xla_version} expects {expected[0]}.{expected[1]}. Pin them as a pair in stacks/xla.txt: "
             f"torch-xla {release}.x with {PLUGIN_DISTRIBUTION}=={PJRT_C_API[release][1]} (torch and torch-xla "
             f"at the same version).")
     return path

@@ -1,0 +1,83 @@
+"""`opentc-train --dry-run`: the launch plan a job would run, printed from the real job files through the real entry,
+with nothing run, installed or written, and bad input refused as the job would refuse it (same exit code, same
+words), on stderr, with no failure file."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import TRAIN, train_env
+
+pytestmark = [pytest.mark.xla]
+
+
+def dry_run(job, **extra_env):
+    return subprocess.run([str(TRAIN), "--dry-run", str(job.root)], env=train_env(job, **extra_env),
+                          cwd=str(job.root), capture_output=True, text=True, timeout=120)
+
+
+def tree(root):
+    """Every path under the job folder with its size and modification time."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def test_the_plan_names_settings_and_their_sources_the_command_and_the_environment_and_writes_nothing(make_job):
+    job = make_job(script="argv_echo.py", sagemaker_training_compiler_max_compilations=7, epochs=2)
+    (job.root / "code" / "requirements.txt").write_text("six\n")
+    before = tree(job.root)
+    done = dry_run(job, OPENTC_PEER_TIMEOUT="12", RANK="3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = done.stdout
+    assert "sagemaker_training_compiler_enabled = true (from the job)" in plan, plan
+    assert "sagemaker_training_compiler_max_compilations = 7 (from the job)" in plan, plan
+    assert "sagemaker_training_compiler_library_patches = true (default)" in plan, plan
+    assert "OPENTC_PEER_TIMEOUT = 12.0 (from the container)" in plan, plan
+    assert "MASTER_PORT = 29500 (default)" in plan, plan
+    assert "installed first: requirements.txt from the code folder" in plan, plan
+    command = plan.split("command (in ", 1)[1].splitlines()[1]
+    assert "opentc-worker --backend xla" in command and "--max-compilations 7" in command, command
+    assert command.endswith(f"{job.root}/code/argv_echo.py --epochs 2"), command
+    assert "<run folder>/worker-records" in command, command       # the run's own folder, not a path that is gone
+    environment = plan.split("environment, against the container's:\n", 1)[1].splitlines()
+    assert "  + USE_TORCH_XLA=1" in environment, environment
+    assert f"  + SM_MODEL_DIR={job.model}" in environment, environment
+    assert "  - RANK (the container's '3' is not passed on)" in environment, environment
+    assert tree(job.root) == before                                # nothing written, nothing installed
+    assert not (job.model / "argv.json").exists()
+
+
+def test_several_workers_are_planned_through_opentc_run(make_job):
+    job = make_job(script="argv_echo.py", sagemaker_training_compiler_enabled=False,
+                   sagemaker_torch_distributed_enabled=True)
+    done = dry_run(job, OPENTC_WORKERS_PER_HOST="2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "world: 1 host(s) x 2 worker(s) = 2" in done.stdout, done.stdout
+    assert ("distribution: data-parallel workers, one per device, asked by sagemaker_torch_distributed_enabled"
+            in done.stdout), done.stdout
+    command = done.stdout.split("command (in ", 1)[1].splitlines()[1]
+    assert "opentc-run --nproc-per-node 2" in command and "--standalone" in command, command
+
+
+@pytest.mark.parametrize(("hyperparameters", "expected"), [
+    ({"sagemaker_training_compiler_max_compilations": "1.5"},
+     "hyperparameter sagemaker_training_compiler_max_compilations has the value"),
+    ({"sagemaker_training_compiler_enable": True}, "unknown hyperparameter sagemaker_training_compiler_enable"),
+], ids=["not a whole number", "a typo"])
+def test_bad_input_is_refused_as_the_job_would_be_on_stderr_without_a_failure_file(make_job, hyperparameters,
+                                                                                  expected):
+    job = make_job(script="argv_echo.py", **hyperparameters)
+    done = dry_run(job)
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    assert expected in done.stderr, done.stderr[-3000:]
+    assert done.stdout == ""
+    assert job.failure is None and not job.succeeded
+
+
+def test_a_requirement_that_would_move_torch_is_refused_before_paying(make_job):
+    job = make_job(script="argv_echo.py")
+    (job.root / "code" / "requirements.txt").write_text("torch==1.13.1\n")
+    done = dry_run(job)
+    assert done.returncode == 2, done.stdout
+    assert "requirements.txt asks for 'torch==1.13.1' (this image pins torch==" in done.stderr, done.stderr[-3000:]
+    assert json.loads((job.config / "hyperparameters.json").read_text())   # the job is as it was

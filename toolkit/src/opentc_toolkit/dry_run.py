@@ -1,0 +1,131 @@
+"""`opentc-train --dry-run [JOB_DIR]` (the image's `train --dry-run`): the job's launch plan, printed, with nothing
+run, installed or written.
+
+The job is read and every decision a real run makes before its first process is made by the same function
+(job_plan.plan_job: the settings, the adapters for AWS's launchers and the SDK v3's layout, the code fetched, the
+launch plan), and requirements.txt is checked against the pins, so bad input ends here as it would end the job: the
+same message and exit code, on stderr, without a failure file. The plan goes to stdout: the settings and where each
+came from, the command, the environment the workers get beside the container's, and what would be installed first.
+
+The code is fetched into a folder of this run's own (removed at the end), never into the job's code folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from typing import IO
+
+from .compiler import COMPILER_KEYS
+from .job import JobPaths
+from .job_plan import PlannedJob, plan_job
+from .not_started import JobNotStarted
+from .plan import LaunchSettings
+from .source import read_requirements
+
+log = logging.getLogger("opentc_toolkit")
+
+RUN_FOLDER = "<run folder>"   # the run's scratch folder, a fresh temporary folder in a real run
+# LaunchSettings' fields and the variable each is read from (plan.LaunchSettings.from_env).
+LAUNCH_VARIABLES = (("workers_per_host", "OPENTC_WORKERS_PER_HOST"), ("peer_timeout", "OPENTC_PEER_TIMEOUT"),
+                    ("grace", "OPENTC_TERMINATION_GRACE"), ("master_port", "MASTER_PORT"),
+                    ("finish_timeout", "OPENTC_FINISH_TIMEOUT"), ("hosts_end_timeout", "OPENTC_HOSTS_END_TIMEOUT"))
+# JobSettings' field for each hyperparameter of the compiler's namespace.
+SETTING_FIELDS = {"enabled": "enabled", "backend": "compiler_name", "debug_mode": "debug",
+                  "cpu_multi_worker": "cpu_multi_worker", "cache": "cache", "cache_dir": "cache_dir",
+                  "max_compilations": "max_compilations", "library_patches": "library_patches",
+                  "defaults_off": "defaults_off"}
+
+
+def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple[PlannedJob, LaunchSettings,
+                                                                                  str | None]:
+    """The job's plan as `train` would make it (job_plan.plan_job, the code fetched into `scratch`), its launch
+    settings, and the requirements file that would be installed (None without one; one that would move the stack is
+    refused here, as it would be before pip ran). Raises JobNotStarted as a real run would."""
+    launch = LaunchSettings.from_env(base_env)
+    job_plan = plan_job(paths, launch, base_env, scratch, code_into_scratch=True)
+    requirements = read_requirements(job_plan.code, job_plan.job.requirements_file)
+    return job_plan, launch, (job_plan.job.requirements_file if requirements is not None else None)
+
+
+LONG = 200   # a value longer than this is shortened in the printout (SM_TRAINING_ENV runs to kilobytes)
+
+
+def as_written(value: object) -> str:
+    """A setting as a hyperparameters.json value is written (true, "xla", 0)."""
+    return json.dumps(value)
+
+
+def short(value: str) -> str:
+    return value if len(value) <= LONG else f"{value[:LONG - 40]}... ({len(value)} characters)"
+
+
+def env_changes(base_env: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """The workers' environment against the container's: + added, ~ changed (with the container's value), - not
+    passed on; sorted by name."""
+    lines = []
+    for name in sorted(set(base_env) | set(env)):
+        if name not in base_env:
+            lines.append(f"  + {name}={short(env[name])}")
+        elif name not in env:
+            lines.append(f"  - {name} (the container's {short(base_env[name])!r} is not passed on)")
+        elif env[name] != base_env[name]:
+            lines.append(f"  ~ {name}={short(env[name])} (the container's: {short(base_env[name])!r})")
+    return lines
+
+
+def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | None, base_env: Mapping[str, str],
+           scratch: str) -> str:
+    job, settings, plan = job_plan.job, job_plan.settings, job_plan.plan
+
+    def hidden(text: str) -> str:
+        return text.replace(scratch, RUN_FOLDER)
+
+    given = job.framework_params
+    lines = [f"opentc-train --dry-run: the job in {job.paths.base} (nothing was run, installed or written)", "",
+             f"job: {job.job_name or '(no name)'}, host {job.current_host} of {', '.join(job.hosts)}, "
+             f"{job.num_gpus} GPU(s), script {job.entry_point}", "", "settings (hyperparameters):"]
+    for key in COMPILER_KEYS:
+        value = getattr(settings, SETTING_FIELDS[key.removeprefix("sagemaker_training_compiler_")])
+        source = "from the job" if key in given else "default"
+        lines.append(f"  {key} = {as_written(value)} ({source})")
+    asked = " and ".join(settings.multi_worker_asked_by)
+    lines.append(f"  distribution: {settings.distribution.value}" + (f", asked by {asked}" if asked else ""))
+    lines += ["", "launch settings (variables):"]
+    for field, variable in LAUNCH_VARIABLES:
+        source = "from the container" if variable in base_env else "default"
+        value = getattr(launch, field)
+        lines.append(f"  {variable} = {'one per GPU' if value is None else value} ({source})")
+    world = plan.world
+    lines += ["", f"world: {world.nodes} host(s) x {world.workers_per_host} worker(s) = {world.size}, "
+                  f"rendezvous on {world.master_addr}" + (f", after {', '.join(plan.peers)} resolve"
+                                                           if plan.peers else ""),
+              f"device: {plan.options.device}, backend: {settings.backend_name}",
+              f"compilation cache: {plan.options.compile_cache_dir or 'none'}",
+              "installed first: " + (f"{requirements} from the code folder (pip, under the stack's pins)"
+                                     if requirements else "nothing (no requirements.txt)"),
+              "", f"command (in {hidden(plan.command.cwd)}):", "  " + hidden(shlex.join(plan.command.argv)),
+              "", "environment, against the container's:",
+              *(hidden(line) for line in env_changes(base_env, plan.command.env))]
+    return "\n".join(lines)
+
+
+def dry_run(paths: JobPaths, base_env: Mapping[str, str], out: IO[str] = sys.stdout,
+            err: IO[str] = sys.stderr) -> int:
+    """Print the job's plan to `out`; bad input to `err`, with the exit code the job would have ended with."""
+    scratch = tempfile.mkdtemp(prefix="opentc-dry-run-")
+    try:
+        try:
+            job_plan, launch, requirements = planned(paths, base_env, scratch)
+        except JobNotStarted as e:
+            print(f"opentc-train --dry-run: the job would not start (exit code {e.exit_code}): {e}", file=err)
+            return e.exit_code
+        print(render(job_plan, launch, requirements, base_env, scratch), file=out)
+        return 0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
