@@ -57,3 +57,31 @@ def test_flops_per_token_is_six_times_the_weights_plus_attention():
     with torch.device("meta"):   # shapes only: nothing allocated or initialised
         model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=512, n_layer=12, n_head=12, n_embd=768))
     assert flops_per_token(model) == 6 * 123_653_376 + 12 * 12 * 768 * 512 == GPT2_SMALL_FLOPS_PER_TOKEN
+
+
+@pytest.mark.parametrize(("figures", "expected"), [
+    ({1}, ["GPT-2 small, eager", "GPT-2 small, Inductor cold", "GPT-2 small, Inductor warm"]),
+    ({3, 5}, ["run_clm (the seeds' job), compiler off", "run_clm (the seeds' job), Inductor",
+              "run_clm (the seeds' job), side by side", "nested compile regions: gradients against eager"]),
+    ({6}, ["DDP over NCCL, 2 GPUs, eager", "DDP over NCCL, 2 GPUs, inductor"]),
+])
+def test_run_figures_picks_the_install_steps_then_the_figures_asked_for_in_order(figures, expected):
+    """A lent machine runs 10 minutes a call: `run --figures` splits the kit over several calls."""
+    steps = kit.commands("python3", "/tmp/venv", "/tmp/out", gpus=2)
+    picked = [name for name, _ in kit.chosen(steps, figures)]
+    assert picked[:kit.INSTALL_STEPS] == [name for name, _ in steps[:kit.INSTALL_STEPS]]
+    assert picked[kit.INSTALL_STEPS:] == expected
+
+
+def test_every_step_belongs_to_exactly_one_figure():
+    steps = kit.commands("python3", "/tmp/venv", "/tmp/out", gpus=2)[kit.INSTALL_STEPS:]
+    for name, _ in steps:
+        owners = [number for number, prefixes in kit.FIGURES.items() if name.startswith(prefixes)]
+        assert len(owners) == 1, (name, owners)
+
+
+def test_figures_outside_the_list_are_refused(capsys):
+    with pytest.raises(SystemExit) as refused:
+        kit.main(["run", "--figures", "1,9"])
+    assert refused.value.code == 2
+    assert "--figures 1,9: numbers from 1 to 6, comma-separated" in capsys.readouterr().err
