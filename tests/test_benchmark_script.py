@@ -58,11 +58,21 @@ def test_committed_torch_version_results_render_as_the_results_file_shows():
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
 
 
-def test_committed_startup_results_render_as_the_results_file_shows():
+@pytest.mark.parametrize("name", ["startup.json", "startup-plain-regional.json"])
+def test_committed_startup_results_render_as_the_results_file_shows(name):
     import startup_benchmark
 
-    results = json.loads((REPO / "benchmarks" / "results" / "startup.json").read_text())
+    results = json.loads((REPO / "benchmarks" / "results" / name).read_text())
     table = startup_benchmark.render(results)
+    assert table == results["table"]
+    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_committed_regional_step_results_render_as_the_results_file_shows():
+    import regional_steps_benchmark
+
+    results = json.loads((REPO / "benchmarks" / "results" / "regional_steps.json").read_text())
+    table = regional_steps_benchmark.render(results)
     assert table == results["table"]
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
 
