@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import IO
 
-from .compiler import COMPILER_KEYS
+from .compiler import COMPILER_KEYS, COMPILER_PREFIX
 from .job import JobPaths
 from .job_plan import PlannedJob, plan_job
 from .not_started import JobNotStarted
@@ -35,11 +35,9 @@ RUN_FOLDER = "<run folder>"   # the run's scratch folder, a fresh temporary fold
 LAUNCH_VARIABLES = (("workers_per_host", "OPENTC_WORKERS_PER_HOST"), ("peer_timeout", "OPENTC_PEER_TIMEOUT"),
                     ("grace", "OPENTC_TERMINATION_GRACE"), ("master_port", "MASTER_PORT"),
                     ("finish_timeout", "OPENTC_FINISH_TIMEOUT"), ("hosts_end_timeout", "OPENTC_HOSTS_END_TIMEOUT"))
-# JobSettings' field for each hyperparameter of the compiler's namespace.
-SETTING_FIELDS = {"enabled": "enabled", "backend": "compiler_name", "debug_mode": "debug",
-                  "cpu_multi_worker": "cpu_multi_worker", "cache": "cache", "cache_dir": "cache_dir",
-                  "max_compilations": "max_compilations", "library_patches": "library_patches",
-                  "defaults_off": "defaults_off"}
+# JobSettings' field for a hyperparameter of the compiler's namespace, where it is not the key's last part (every
+# worker setting's is: compiler.WORKER_SETTINGS).
+OTHER_FIELD_NAMES = {"backend": "compiler_name", "debug_mode": "debug"}
 
 
 def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple[PlannedJob, LaunchSettings,
@@ -91,7 +89,8 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
              f"job: {job.job_name or '(no name)'}, host {job.current_host} of {', '.join(job.hosts)}, "
              f"{job.num_gpus} GPU(s), script {job.entry_point}", "", "settings (hyperparameters):"]
     for key in COMPILER_KEYS:
-        value = getattr(settings, SETTING_FIELDS[key.removeprefix("sagemaker_training_compiler_")])
+        name = key.removeprefix(COMPILER_PREFIX)
+        value = getattr(settings, OTHER_FIELD_NAMES.get(name, name))
         source = "from the job" if key in given else "default"
         lines.append(f"  {key} = {as_written(value)} ({source})")
     asked = " and ".join(settings.multi_worker_asked_by)
