@@ -6,11 +6,11 @@ and backward pass (float rounding is about 1e-6; a lost gradient is 1).
 
 Why it exists: the Inductor backend's `regional` default would rather mark a plain loop's repeated block as a
 nested compile region (torch >= 2.12: the block traced and compiled once, the model still one graph) than compile
-each block separately. On torch 2.14.1 with Inductor on CPU the marked region's input gradient came back zero for a
-residual block with a dropout module (even at p=0), and a 12-layer GPT-2's gradients differed from eager's 35-fold;
-aot_eager was right. The backend therefore compiles blocks in place (launcher/src/opentc_launcher/inductor/
-regional.py). Run this on a newer torch, or on a GPU, before switching: the switch is right once every row reads
-about 1e-6. On a torch without the API it says so and measures nothing.
+each block separately. On torch 2.14.1 with Inductor on CPU the marked region's gradients were wrong: 1.0 relative
+for a residual block (with a dropout module at p=0 and without one), 1.5e3 for a 3-layer GPT-2; aot_eager was exact
+(benchmarks/RESULTS.md, "Nested compile regions"). The backend therefore compiles blocks in place
+(launcher/src/opentc_launcher/inductor/regional.py). Run this on a newer torch, or on a GPU, before switching: the
+switch is right once every row reads about 1e-6. On a torch without the API it says so and measures nothing.
 
 Models: `residual` (a residual block: LayerNorm, Linear, Dropout(p) added to its input, twice) at p=0 and without
 dropout, and `gpt2` (transformers' GPT-2, 3 layers, dropout 0), each compiled whole ("whole") and with its block's

@@ -40,7 +40,8 @@ COMPILER_PREFIX = "sagemaker_training_compiler_"
 # The worker options a job sets by hyperparameter, each declared once with the launcher's option
 # (opentc_launcher.options.WorkerOptions, hyperparameter=True): its key is the prefix and the option's name, its
 # default and parsing are the declaration's, and JobSettings has a field of the same name.
-WORKER_SETTINGS = {name: COMPILER_PREFIX + name for name, _, _ in hyperparameter_options()}
+_WORKER_OPTIONS = hyperparameter_options()   # (name, declaration, default)
+WORKER_SETTINGS = {name: COMPILER_PREFIX + name for name, _, _ in _WORKER_OPTIONS}
 CPU_MULTI_WORKER = WORKER_SETTINGS["cpu_multi_worker"]
 MAX_COMPILATIONS = WORKER_SETTINGS["max_compilations"]
 LIBRARY_PATCHES = WORKER_SETTINGS["library_patches"]
@@ -176,9 +177,8 @@ class JobSettings:
             distribution_notes=distribution.notes,
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),
-            **{name: _worker_setting(params, key, declared, default)
-               for (name, declared, default), key in zip(hyperparameter_options(), WORKER_SETTINGS.values(),
-                                                         strict=True)},
+            **{name: _worker_setting(params, WORKER_SETTINGS[name], declared, default)
+               for name, declared, default in _WORKER_OPTIONS},
         )
 
 

@@ -25,16 +25,13 @@ from .compiler import COMPILER_KEYS, COMPILER_PREFIX
 from .job import JobPaths
 from .job_plan import PlannedJob, plan_job
 from .not_started import JobNotStarted
-from .plan import LaunchSettings
-from .source import read_requirements
+from .plan import LAUNCH_VARIABLES, LaunchSettings
+from .source import check_requirements, requirements_path
+from .stack import stack_pins
 
 log = logging.getLogger("opentc_toolkit")
 
 RUN_FOLDER = "<run folder>"   # the run's scratch folder, a fresh temporary folder in a real run
-# LaunchSettings' fields and the variable each is read from (plan.LaunchSettings.from_env).
-LAUNCH_VARIABLES = (("workers_per_host", "OPENTC_WORKERS_PER_HOST"), ("peer_timeout", "OPENTC_PEER_TIMEOUT"),
-                    ("grace", "OPENTC_TERMINATION_GRACE"), ("master_port", "MASTER_PORT"),
-                    ("finish_timeout", "OPENTC_FINISH_TIMEOUT"), ("hosts_end_timeout", "OPENTC_HOSTS_END_TIMEOUT"))
 # JobSettings' field for a hyperparameter of the compiler's namespace, where it is not the key's last part (every
 # worker setting's is: compiler.WORKER_SETTINGS).
 OTHER_FIELD_NAMES = {"backend": "compiler_name", "debug_mode": "debug"}
@@ -47,7 +44,9 @@ def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple
     refused here, as it would be before pip ran). Raises JobNotStarted as a real run would."""
     launch = LaunchSettings.from_env(base_env)
     job_plan = plan_job(paths, launch, base_env, scratch, code_into_scratch=True)
-    requirements = read_requirements(job_plan.code, job_plan.job.requirements_file)
+    requirements = requirements_path(job_plan.code, job_plan.job.requirements_file)
+    if requirements is not None:
+        check_requirements(requirements, job_plan.job.requirements_file, stack_pins())
     return job_plan, launch, (job_plan.job.requirements_file if requirements is not None else None)
 
 
@@ -96,7 +95,7 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
     asked = " and ".join(settings.multi_worker_asked_by)
     lines.append(f"  distribution: {settings.distribution.value}" + (f", asked by {asked}" if asked else ""))
     lines += ["", "launch settings (variables):"]
-    for field, variable in LAUNCH_VARIABLES:
+    for field, variable in LAUNCH_VARIABLES.items():
         source = "from the container" if variable in base_env else "default"
         value = getattr(launch, field)
         lines.append(f"  {variable} = {'one per GPU' if value is None else value} ({source})")

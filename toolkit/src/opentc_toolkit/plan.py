@@ -40,6 +40,13 @@ WORKER_RECORDS = "worker-records"   # in the run's scratch folder: each worker's
 MAX_ARG_BYTES = 131072
 
 
+# Each LaunchSettings field and the variable of the container's it is read from.
+LAUNCH_VARIABLES = MappingProxyType({
+    "workers_per_host": "OPENTC_WORKERS_PER_HOST", "peer_timeout": "OPENTC_PEER_TIMEOUT",
+    "grace": "OPENTC_TERMINATION_GRACE", "master_port": "MASTER_PORT", "finish_timeout": "OPENTC_FINISH_TIMEOUT",
+    "hosts_end_timeout": "OPENTC_HOSTS_END_TIMEOUT"})
+
+
 @dataclass(frozen=True)
 class LaunchSettings:
     """Knobs that are not part of the job's hyperparameters, read from the container's environment."""
@@ -53,15 +60,16 @@ class LaunchSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LaunchSettings:
+        named = LAUNCH_VARIABLES
         try:
             return cls(
-                workers_per_host=number_from_env(env, "OPENTC_WORKERS_PER_HOST", int, None, minimum=1),
-                peer_timeout=number_from_env(env, "OPENTC_PEER_TIMEOUT", float, DEFAULT_PEER_TIMEOUT),
-                grace=number_from_env(env, "OPENTC_TERMINATION_GRACE", float, DEFAULT_GRACE),
-                master_port=number_from_env(env, "MASTER_PORT", int, DEFAULT_MASTER_PORT, minimum=1,
+                workers_per_host=number_from_env(env, named["workers_per_host"], int, None, minimum=1),
+                peer_timeout=number_from_env(env, named["peer_timeout"], float, DEFAULT_PEER_TIMEOUT),
+                grace=number_from_env(env, named["grace"], float, DEFAULT_GRACE),
+                master_port=number_from_env(env, named["master_port"], int, DEFAULT_MASTER_PORT, minimum=1,
                                             maximum=MAX_PORT),
-                finish_timeout=number_from_env(env, "OPENTC_FINISH_TIMEOUT", float, DEFAULT_FINISH_TIMEOUT),
-                hosts_end_timeout=number_from_env(env, "OPENTC_HOSTS_END_TIMEOUT", float, DEFAULT_HOSTS_END_TIMEOUT),
+                finish_timeout=number_from_env(env, named["finish_timeout"], float, DEFAULT_FINISH_TIMEOUT),
+                hosts_end_timeout=number_from_env(env, named["hosts_end_timeout"], float, DEFAULT_HOSTS_END_TIMEOUT),
             )
         except BadEnvironmentValue as e:
             raise BadInput(str(e)) from None

@@ -112,32 +112,33 @@ def _pip_reason(stderr: str) -> str:
     return reason
 
 
-def read_requirements(code: str, name: str = "requirements.txt") -> list[str] | None:
-    """The lines of requirements.txt in the code folder (None without one), refused when they would move a package
-    of the tested stack."""
-    requirements = os.path.join(code, name)
-    if not os.path.isfile(requirements):
-        return None
-    with open(requirements, "rb") as f:
+def requirements_path(code: str, name: str = "requirements.txt") -> str | None:
+    """requirements.txt in the code folder, or None where there is none."""
+    path = os.path.join(code, name)
+    return path if os.path.isfile(path) else None
+
+
+def check_requirements(path: str, name: str, pins: Mapping[str, str]) -> None:
+    """Refuse a requirements file that would move a package of the tested stack (`pins`)."""
+    with open(path, "rb") as f:
         lines = f.read().decode("utf-8", errors="replace").splitlines()
-    clashes = conflicts(lines, stack_pins())
+    clashes = conflicts(lines, pins)
     if clashes:
         raise BadInput(
             f"{name} asks for {', '.join(clashes)}. torch, torch-xla, the XLA:CUDA plugin and the "
             f"CUDA libraries are installed as one tested set and cannot be changed by {name}: remove "
             f"the requirement or pin the pinned version (the set is in /opt/opentc/constraints.txt).")
-    return lines
 
 
 def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, str], scratch: str,
                          name: str = "requirements.txt") -> None:
     """requirements.txt beside the script is installed before the script runs, as SageMaker does, with pip
     under the supervisor (a stop reaches it) and under the pins of the packages that must move together."""
-    lines = read_requirements(code, name)
-    if lines is None:
+    requirements = requirements_path(code, name)
+    if requirements is None:
         return
-    requirements = os.path.join(code, name)
     pins = stack_pins()
+    check_requirements(requirements, name, pins)
     constraints = os.path.join(scratch, "stack-constraints.txt")
     with open(constraints, "w", encoding="utf-8") as f:
         f.write(constraints_text(pins))

@@ -10,8 +10,8 @@ same way (`patch_torch_compile`): the blocks are compiled in place, where torch 
 as one graph at a cost growing with its depth, and the script gets the wrapper torch.compile returns.
 
 (torch >= 2.12's `torch.compiler.nested_compile_region` would keep the model one graph and compile a block once; on
-torch 2.14.1 with Inductor on CPU it loses gradients instead: the gradient of a marked block's input comes back zero
-for a residual block with dropout, and a 12-layer GPT-2's gradients differ from eager's 35-fold. It is not used
+torch 2.14.1 with Inductor on CPU it gives wrong gradients instead: a marked residual block's differ from eager's by
+1.0 relative, with or without dropout, and a 3-layer GPT-2's by 1.5e3 (benchmarks/RESULTS.md). It is not used
 here; benchmarks/nested_region_probe.py checks a torch for it.)
 
 It differs from accelerate's in three ways:
@@ -42,9 +42,6 @@ from ..replace import replace_once
 log = logging.getLogger("opentc_launcher")
 
 VARIABLE = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
-PER_LAYER_CACHE = ("compiled whole: model.config.use_cache is true, so each block would read its own layer's cache "
-                   "entry and Dynamo would compile it once per layer; set model.config.use_cache = False before "
-                   "accelerator.prepare to compile it regionally (the Trainer does this itself)")
 
 
 def _wrapped(model: Any) -> Any:
@@ -105,13 +102,11 @@ def compile_blocks(model: Any, **compile_kwargs: Any) -> Any:
     compiled in place, or the whole model compiled (a new wrapper) where regional compilation cannot help."""
     import torch
 
+    reason = _whole_reason(model, "accelerator.prepare to compile it regionally (the Trainer does this itself)")
+    if reason is not None:
+        log.info("regional compilation: %s", reason)
+        return unpatched_compile(torch)(model, **compile_kwargs)
     inner = _wrapped(model)
-    if builds_per_layer_cache(model):
-        log.info("regional compilation: %s", PER_LAYER_CACHE)
-        return unpatched_compile(torch)(model, **compile_kwargs)
-    if not _has_repeated_blocks(inner):
-        log.info("regional compilation: compiled whole: the model has no repeated blocks")
-        return unpatched_compile(torch)(model, **compile_kwargs)
     blocks, parts, single = compile_in_place(inner, **compile_kwargs)
     log.info("regional compilation: %d repeated blocks compiled in place, sharing one graph per kind of block; %d "
              "other part(s) compiled; %d single layer(s) left eager", blocks, parts, single)
@@ -127,18 +122,24 @@ def patch_accelerator(accelerator: ModuleType) -> bool:
     return True
 
 
+def _whole_reason(model: Any, cache_off_before: str) -> str | None:
+    """Why `model` is compiled whole rather than regionally (a per-layer cache, or no repeated blocks), in words that
+    say where to turn the cache off (`cache_off_before`); None where its blocks can be compiled in place."""
+    if builds_per_layer_cache(model):
+        return ("compiled whole: model.config.use_cache is true, so each block would read its own layer's cache "
+                f"entry and Dynamo would compile it once per layer; set model.config.use_cache = False before "
+                f"{cache_off_before}")
+    if not _has_repeated_blocks(_wrapped(model)):
+        return "compiled whole: the model has no repeated blocks"
+    return None
+
+
 def why_whole(model: Any, compile_kwargs: dict[str, Any]) -> str | None:
     """None where a plain script's torch.compile(model, **compile_kwargs) is compiled regionally (a module with
     repeated blocks and no per-layer cache, not asked for one whole graph); otherwise why it is compiled whole."""
     if compile_kwargs.get("fullgraph"):
         return "compiled whole: fullgraph=True asks for one graph"
-    if builds_per_layer_cache(model):
-        return ("compiled whole: model.config.use_cache is true, so each block would read its own layer's cache "
-                "entry and Dynamo would compile it once per layer; set model.config.use_cache = False before "
-                "torch.compile to compile it regionally")
-    if not _has_repeated_blocks(_wrapped(model)):
-        return "compiled whole: the model has no repeated blocks"
-    return None
+    return _whole_reason(model, "torch.compile to compile it regionally")
 
 
 def unpatched_compile(torch_module: ModuleType) -> Any:
