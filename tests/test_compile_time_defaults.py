@@ -76,15 +76,15 @@ def test_a_refusal_quotes_a_bounded_part_of_the_value_after_what_is_accepted():
 def test_the_hyperparameter_is_checked_with_any_compiler_and_with_none(compiler):
     with pytest.raises(BadInput, match=f"^hyperparameter {DEFAULTS_OFF} accepts the compile-time defaults"):
         JobSettings.from_hyperparameters({**compiler, DEFAULTS_OFF: "fast"})
-    assert JobSettings.from_hyperparameters({**compiler, DEFAULTS_OFF: "Regional"}).defaults_off == "regional"
+    assert JobSettings.from_hyperparameters({**compiler, DEFAULTS_OFF: "Regional"}).worker.defaults_off == "regional"
 
 
 def test_the_hyperparameter_is_named_in_a_sagemaker_job():
     settings = JobSettings.from_hyperparameters(decode_hyperparameters(
         {DEFAULTS_OFF: '"vec_isa, Job-Id"'}))
-    assert settings.defaults_off == "vec_isa,job_id"
+    assert settings.worker.defaults_off == "vec_isa,job_id"
     listed = JobSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: '["regional"]'}))
-    assert listed.defaults_off == "regional"
+    assert listed.worker.defaults_off == "regional"
     with pytest.raises(LaunchRefused, match=f"^hyperparameter {DEFAULTS_OFF} accepts the compile-time defaults"):
         decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="fast"), 1,
                with_setting_names({}, settings), 0)

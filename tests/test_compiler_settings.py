@@ -45,8 +45,8 @@ def test_rejected_values_name_key_value_and_accepted(key, raw, shown):
 
 
 def test_library_patches_are_on_unless_turned_off():
-    assert JobSettings.from_hyperparameters({}).library_patches is True
-    assert JobSettings.from_hyperparameters(decoded({LIBRARY_PATCHES: "false"})).library_patches is False
+    assert JobSettings.from_hyperparameters({}).worker.library_patches is True
+    assert JobSettings.from_hyperparameters(decoded({LIBRARY_PATCHES: "false"})).worker.library_patches is False
 
 
 def test_unknown_compiler_key_is_a_typo_not_silence():
@@ -58,7 +58,7 @@ def test_other_options_are_validated():
     s = JobSettings.from_hyperparameters({
         ENABLED: True, CPU_MULTI_WORKER: "Unsynchronized", MAX_COMPILATIONS: "12", CACHE: "false",
         CACHE_DIR: "/opt/ml/checkpoints/cache"})
-    assert (s.cpu_multi_worker, s.max_compilations, s.cache, s.cache_dir) == (
+    assert (s.worker.cpu_multi_worker, s.worker.max_compilations, s.cache, s.cache_dir) == (
         "unsynchronized", 12, False, "/opt/ml/checkpoints/cache")
     for key, value, accepted in [
         (CPU_MULTI_WORKER, "sync", '"refuse", "unsynchronized"'),
@@ -145,21 +145,59 @@ def test_inductor_compiles_trainer_and_accelerate_scripts_through_accelerates_va
     assert dict(kept.kept) == {"ACCELERATE_DYNAMO_BACKEND": "aot_eager"}
 
 
-def test_every_setting_the_launcher_names_has_the_toolkits_words_and_every_word_is_used():
-    """The launcher names a setting in its own words (setting("--library-patches false")) and the toolkit hands down
-    a hyperparameter for each (SETTING_NAMES): a call site whose words are not a key would silently fall back to the
-    launcher's option in a SageMaker user's message, and a key no call site uses is dead."""
+def launcher_settings():
+    """Every Setting the launcher's modules declare (its messages name settings only through these: setting() takes
+    nothing else), found by importing each module that makes one."""
+    import importlib
     import re
     from pathlib import Path
 
-    from opentc_toolkit.compiler import SETTING_NAMES
+    from opentc_launcher.setting_names import Setting
 
-    launcher = Path(__file__).resolve().parent.parent / "launcher" / "src" / "opentc_launcher"
-    used = {m.group(2) for path in launcher.rglob("*.py")
-            for m in re.finditer(r"""\bsetting\((['"])(.+?)\1""", path.read_text(encoding="utf-8"))}
-    assert used, "no setting(...) call found: the pattern is out of date"
-    assert sorted(used - set(SETTING_NAMES)) == []
-    assert sorted(set(SETTING_NAMES) - used) == []
+    root = Path(__file__).resolve().parent.parent / "launcher" / "src"
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        if re.search(r"\b(option_setting|Setting)\(", path.read_text(encoding="utf-8")):
+            module = importlib.import_module(".".join(path.relative_to(root).with_suffix("").parts))
+            found.update({f"{module.__name__}.{name}": value for name, value in vars(module).items()
+                          if isinstance(value, Setting)})
+    assert len(found) >= 9, found
+    return found
+
+
+def test_every_setting_the_launcher_names_is_worded_as_a_hyperparameter():
+    """Started by the toolkit, each setting a launcher message names is a hyperparameter or debug mode: none falls back
+    to the launcher's own option. (The toolkit's words are made from the launcher's constants and the declarations,
+    so none can name a setting the launcher does not have.)"""
+    from opentc_launcher.setting_names import setting
+    from opentc_toolkit.plan import with_setting_names
+
+    settings = launcher_settings()
+    env = with_setting_names({}, JobSettings())
+    untranslated = {name: s.words for name, s in settings.items() if not setting(s, env).startswith(
+        ("hyperparameter sagemaker_", "sagemaker_", "debug mode (sagemaker_"))}
+    assert untranslated == {}
+
+
+@pytest.mark.parametrize(("option", "value", "worded"), [
+    ("library_patches", "false", f"{LIBRARY_PATCHES}=false"),             # a flag, as the SDK writes it
+    ("cpu_multi_worker", "unsynchronized", f'{CPU_MULTI_WORKER}="unsynchronized"'),
+    ("max_compilations", None, f"hyperparameter {MAX_COMPILATIONS}"),    # the setting itself
+])
+def test_a_worker_option_is_worded_by_its_hyperparameter(option, value, worded):
+    from opentc_launcher.setting_names import option_setting, setting
+    from opentc_toolkit.plan import with_setting_names
+
+    named = option_setting(option, value)
+    assert setting(named, with_setting_names({}, JobSettings())) == worded
+    assert setting(named, {}) == f"--{option.replace('_', '-')}" + (f" {value}" if value else "")   # opentc-run
+
+
+def test_a_setting_of_an_option_that_does_not_exist_is_refused_where_it_is_declared():
+    from opentc_launcher.setting_names import option_setting
+
+    with pytest.raises(ValueError, match="'library_patch' is not a worker option"):
+        option_setting("library_patch", "false")
 
 
 def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
@@ -179,5 +217,5 @@ def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
                                                 "defaults_off"}
     for name, _, default in declared:
         assert WORKER_SETTINGS[name] == f"sagemaker_training_compiler_{name}" and WORKER_SETTINGS[name] in COMPILER_KEYS
-        assert getattr(read, name) == default, name
+        assert getattr(read.worker, name) == default, name
         assert parser.parse_args([]).__dict__[name] == default, name

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conftest import SCRIPTS, run_train, start_train, stop, wait_for
+from opentc_launcher.setting_names import ONE_WORKER_PER_HOST, setting
 from opentc_toolkit.compiler import JobSettings
 from opentc_toolkit.distributions import (
     INSTEAD,
@@ -25,6 +26,7 @@ from opentc_toolkit.distributions import (
 )
 from opentc_toolkit.job import decode_hyperparameters
 from opentc_toolkit.not_started import BadInput
+from opentc_toolkit.plan import with_setting_names
 
 # What sagemaker 2.257's PyTorch(distribution=...) sends (decoded; the tests encode them as the SDK does).
 SENT = {
@@ -46,16 +48,21 @@ BACKENDS = {   # every backend: the compiler off, Inductor, and XLA (XLA:CPU has
 }
 
 
+def one_worker(settings):
+    """How the launcher's messages, started by the toolkit for this job, say to run one worker."""
+    return setting(ONE_WORKER_PER_HOST, with_setting_names({}, settings))
+
+
 def test_torch_distributed_and_pytorchxla_ask_for_several_workers():
     torch_distributed = JobSettings.from_hyperparameters(SENT["torch_distributed"])
     assert torch_distributed.multi_worker and torch_distributed.multi_worker_asked_by == (TORCH_DISTRIBUTED,)
     assert torch_distributed.distribution is Distribution.DATA_PARALLEL
-    assert torch_distributed.setting_names()["--nproc-per-node 1"] == f"{TORCH_DISTRIBUTED}=false"
+    assert one_worker(torch_distributed) == f"{TORCH_DISTRIBUTED}=false"
     xla = JobSettings.from_hyperparameters(decode_hyperparameters({XLA_MULTI_WORKER: "true"}))
     assert xla.multi_worker and xla.multi_worker_asked_by == (XLA_MULTI_WORKER,)
     assert xla.distribution is Distribution.XLA_MULTI_WORKER
     both = JobSettings.from_hyperparameters({XLA_MULTI_WORKER: True, TORCH_DISTRIBUTED: True})
-    assert both.setting_names()["--nproc-per-node 1"] == f"{XLA_MULTI_WORKER}=false and {TORCH_DISTRIBUTED}=false"
+    assert one_worker(both) == f"{XLA_MULTI_WORKER}=false and {TORCH_DISTRIBUTED}=false"
     off = JobSettings.from_hyperparameters(decode_hyperparameters({TORCH_DISTRIBUTED: "false"}))
     assert not off.multi_worker and off.distribution is Distribution.NONE
     with pytest.raises(BadInput, match=f"hyperparameter {TORCH_DISTRIBUTED} has the value 'yes please'"):
@@ -100,7 +107,7 @@ def test_the_notebooks_data_parallel_baselines_run_as_pytorch_ddp(distribution, 
     smdistributed's dataparallel ask for several workers, run as PyTorch DDP, and the log says so."""
     settings = JobSettings.from_hyperparameters(SENT[distribution])
     assert settings.multi_worker and settings.multi_worker_asked_by == (key,)
-    assert settings.setting_names()["--nproc-per-node 1"] == f"{key}=false"
+    assert one_worker(settings) == f"{key}=false"
     [note] = settings.distribution_notes
     assert note.startswith(f"{key}=true asks for ") and "smdistributed library is not in this image, so the job " \
         "runs as PyTorch DDP" in note and "(NCCL on GPUs, gloo on CPUs)" in note and 'backend=\"nccl\"' in note

@@ -90,7 +90,8 @@ def test_xla_cpu_with_several_workers_is_refused_before_launch():
         plan(job(hosts=("a", "b"), current="a"), JobSettings(enabled=True, distribution=Distribution.DATA_PARALLEL))
     # asked for explicitly, it runs
     p = plan(job(hosts=("a", "b"), current="a"),
-             JobSettings(enabled=True, distribution=Distribution.DATA_PARALLEL, cpu_multi_worker="unsynchronized"))
+             JobSettings(enabled=True, distribution=Distribution.DATA_PARALLEL,
+                         worker=WorkerOptions(cpu_multi_worker="unsynchronized")))
     assert option(p.command.argv, "--cpu-multi-worker") == "unsynchronized"
     # plain PyTorch on CPU is fine: gloo has collectives
     plan(job(hosts=("a", "b"), current="a"), JobSettings(enabled=False, distribution=Distribution.DATA_PARALLEL))

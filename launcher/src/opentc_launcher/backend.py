@@ -1,40 +1,28 @@
-"""The one interface every compiler backend sits behind, and the session a worker runs around the script.
+"""The one interface every compiler backend sits behind.
 
 A backend answers, for the outermost launcher (pure, no torch imported): which device a launch uses, whether
-several workers may run on it, and what the workers' environment needs. In each worker it starts a session:
-prepared before the script, told after each optimizer step (the shared StepCounter), finished after the script
-with the backend's compile report. Generic modules (decision, worker, run, the toolkit's plan) know backends only
-through this interface; each backend's own names live in its own module (eager, xla/, inductor/).
+several workers may run on it, and what the workers' environment needs. In each worker it starts a session
+(worker_session.WorkerSession): prepared before the script, told after each optimizer step, finished after the
+script with the backend's compile report. Generic modules (decision, worker, run, the toolkit's plan) know backends
+only through this interface; each backend's own names live in its own module (eager, xla/, inductor/).
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar, NoReturn
+from typing import ClassVar
 
-from . import exit_codes
-from .compile_report import CompileReport, log_report, write_compile_report
 from .cuda_driver import driver_problem
-from .failure_records import record_error
 from .identity import WorkerIdentity
-from .idle_optimizer import IdleOptimizerCheck
-from .ignored_fp16 import IgnoredFp16Check
-from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
 from .options import WorkerOptions
 from .published_cache import WorkingCopy
 from .script import Program
-from .script_findings import ScriptFindings
-from .steps import StepCounter
-from .uneven_shards import UnevenShardsCheck
-
-log = logging.getLogger("opentc_launcher")
+from .setting_names import Setting
+from .worker_session import WorkerSession
 
 
 class LaunchRefused(Exception):
@@ -79,94 +67,6 @@ class FollowUp:
         return f"exit code {exit_code}{': ' + said if said else ''}"
 
 
-class WorkerSession:
-    """One worker process's compiler, around the user's script: `start` before it, `after_step` after each
-    optimizer step, `finish` after it, however it ended (the compile report, where the backend has one, and the
-    measurements for the job summary, for every backend)."""
-
-    def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
-        self.options = options
-        self.identity = identity
-        self.process = process   # rank<N> (or rank<N>-spawned<K>): names its report and its cache folder
-        self.steps = StepCounter(self.after_step)
-        self.batches = BatchWatch()
-        self.findings = ScriptFindings(identity.rank)
-        self.idle_optimizers = IdleOptimizerCheck(self.findings)
-        self.uneven_shards = UnevenShardsCheck(self.findings)
-        self.ignored_fp16 = IgnoredFp16Check(self.findings)
-        self._stopping = threading.Lock()
-
-    def start(self) -> None:
-        self.steps.install()
-        self.idle_optimizers.install()
-        self.uneven_shards.install()
-        self.ignored_fp16.install()
-        if self.options.summary_dir:
-            self.batches.install()
-
-    def after_step(self, step: int) -> None:
-        """After optimizer step `step` (1, 2, ...); the backend's per-step observations."""
-
-    def compile_report(self, exit_code: int) -> CompileReport | None:
-        """The backend's report of what it compiled; None for a backend that compiles nothing."""
-        return None
-
-    def peak_memory(self) -> tuple[float, str]:
-        """(MB, what it measured): CUDA's allocator peak when the script used CUDA, else the process's peak."""
-        cuda = cuda_peak_memory_mb()
-        if cuda is not None:
-            return cuda, "CUDA allocator's peak"
-        return host_peak_memory_mb(), "peak resident memory of the process"
-
-    def finish(self, exit_code: int) -> None:
-        self.write_results(exit_code, self.compile_report(exit_code))
-
-    def write_results(self, exit_code: int, report: CompileReport | None) -> None:
-        """The compile report (file and log line) and the measurements, at the end or when a limit stops the
-        process."""
-        self.idle_optimizers.conclude()   # a verdict on the whole job, before the record that carries it
-        if report is not None:
-            log_report(report, write_compile_report(report, self.options.compile_report_dir))
-        if self.options.summary_dir:
-            write_record(self.options.summary_dir, self.process, self.measurements(exit_code, report))
-
-    def stop_at_compilation_limit(self, message: str, build_report: Callable[[int], CompileReport]) -> NoReturn:
-        """Stop this worker now, with the compile report and the reason, from whichever thread saw the limit
-        passed first (a compile monitor's, or the one compiling)."""
-        if not self._stopping.acquire(blocking=False):
-            threading.Event().wait()   # the other thread is writing the report and ends the process
-        log.error("%s: %s", self.process, message)
-        self.write_results(exit_codes.COMPILATION_LIMIT, build_report(exit_codes.COMPILATION_LIMIT))
-        record_error(message, "", exit_codes.COMPILATION_LIMIT)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_codes.COMPILATION_LIMIT)   # the main thread may be inside a compilation: do not wait
-
-    def measurements(self, exit_code: int, report: CompileReport | None) -> dict:
-        steps = self.steps
-        stats = step_statistics(steps, self.options.warmup_steps)
-        ends = steps.step_ends
-        throughput = None
-        if len(ends) >= 2:
-            start = ends[stats["warmup_steps"] - 1] if stats["warmup_steps"] else ends[0]
-            throughput = self.batches.rates(start, ends[-1])
-        memory, kind = self.peak_memory()
-        return {
-            "process": self.process, "rank": self.identity.rank, "world_size": self.identity.world_size,
-            "backend": self.options.backend, "device": self.options.device, "exit_code": exit_code,
-            "optimizer_steps": steps.steps,
-            "first_step_at": steps.wall_clock(ends[0]) if len(ends) else None,
-            "step_seconds": stats, "throughput": throughput,
-            "peak_memory_mb": round(memory, 1), "peak_memory_kind": kind,
-            "compile": None if report is None else {
-                "seconds": report.compile_seconds_total, "graphs_compiled": report.graphs_compiled,
-                "cache_hits": report.persistent_cache.get("hits", 0)},
-            "findings": list(self.findings.found),
-            # the compile report's findings, each with its kind: the job summary keeps one of each kind
-            "compile_findings": [{"kind": f.kind, "text": f.text()} for f in report.findings] if report else [],
-        }
-
-
 class CompilerBackend(ABC):
     """What a launch needs to know of one compiler (see the module's docstring)."""
 
@@ -176,6 +76,8 @@ class CompilerBackend(ABC):
     # What this backend turns on by default to cut compile time, by name, each with what it does in a few words; a
     # launch leaves any of them off by name (WorkerOptions.defaults_off).
     optional_defaults: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    # The variable of debug mode's that logs what a finding of this backend's points to (setting_names), or None.
+    debug_log: ClassVar[Setting | None] = None
 
     def missing(self) -> str | None:
         """What this backend needs that is not installed here, in words (the xla backend in the inductor image), or

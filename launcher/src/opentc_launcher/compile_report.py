@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .files import strict_json, write_atomically
-from .setting_names import setting
+from .setting_names import MAX_COMPILATIONS, setting
 
 log = logging.getLogger("opentc_launcher")
 
@@ -91,7 +91,7 @@ def recompilation_warning(process: str, timeline: CompileTimeline, compiles: int
 
 def limit_message(compiles: int, limit: int, what: str = "compiled") -> str:
     return (f"compilation limit reached: {compiles} graphs {what}, more than the {limit} allowed "
-            f"({setting('--max-compilations')}). Shapes are "
+            f"({setting(MAX_COMPILATIONS)}). Shapes are "
             f"probably changing between steps; to fix: {SHAPES_FIX}.")
 
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from .backend import LaunchRefused
 from .options import WorkerOptions
 from .registry import backend_named, defaults_off_problem
-from .setting_names import setting
+from .setting_names import DEFAULTS_OFF, setting
 
 __all__ = ["LaunchRefused", "decide", "unsynchronized_warning"]   # LaunchRefused: what decide raises
 
@@ -37,7 +37,7 @@ def decide(options: WorkerOptions, world_size: int, env: Mapping[str, str], gpu_
         raise LaunchRefused(f"backend {options.backend} cannot run: {missing}. Use a backend this environment has "
                             f"(inductor, or eager for plain PyTorch), or an image that has {backend.title}.")
     decided = replace(options, device=backend.decide_device(options.device, env, gpu_count))
-    refusal = (defaults_off_problem(decided.defaults_off, setting("--defaults-off", env))
+    refusal = (defaults_off_problem(decided.defaults_off, setting(DEFAULTS_OFF, env))
                or backend.multi_worker_refusal(decided, world_size, env))
     if refusal:
         raise LaunchRefused(refusal)

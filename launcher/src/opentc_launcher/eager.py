@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 
-from .backend import CompilerBackend, WorkerSession, cuda_or_cpu
+from .backend import CompilerBackend, cuda_or_cpu
 from .identity import WorkerIdentity
 from .options import WorkerOptions
 from .plain_pytorch import library_environment
 from .script import Program
+from .worker_session import WorkerSession
 
 
 class EagerBackend(CompilerBackend):

@@ -7,6 +7,7 @@ from .backend import CompilerBackend
 from .eager import EagerBackend
 from .inductor import InductorBackend
 from .options import ALL_DEFAULTS, off_names
+from .setting_names import Setting
 from .text import shown
 from .xla import XlaBackend
 
@@ -17,6 +18,11 @@ COMPILER_NAMES = tuple(name for name, backend in BACKENDS.items() if backend.com
 
 def backend_named(name: str) -> CompilerBackend:
     return BACKENDS[name]
+
+
+def debug_logs() -> tuple[Setting, ...]:
+    """Each backend's debug-mode log that its findings point to (CompilerBackend.debug_log)."""
+    return tuple(backend.debug_log for backend in BACKENDS.values() if backend.debug_log is not None)
 
 
 # Every compile-time default any backend has (CompilerBackend.optional_defaults): the names --defaults-off accepts,

@@ -23,7 +23,8 @@ from opentc_launcher.options import (
     hyperparameter_options,
     off_names,
 )
-from opentc_launcher.registry import COMPILER_NAMES, backend_named, defaults_off_problem
+from opentc_launcher.registry import COMPILER_NAMES, backend_named, debug_logs, defaults_off_problem
+from opentc_launcher.setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, option_setting
 from opentc_launcher.text import shown
 
 from .distributions import XLA_MULTI_WORKER, Distribution, read_distribution
@@ -48,19 +49,15 @@ LIBRARY_PATCHES = WORKER_SETTINGS["library_patches"]
 DEFAULTS_OFF = WORKER_SETTINGS["defaults_off"]
 
 # The launcher's words for a setting, as a SageMaker job sets it (opentc_launcher.setting_names): handed down to the
-# launcher and its workers, so their messages name the hyperparameter to change.
-SETTING_NAMES = {
-    "--nproc-per-node 1": f"{MULTI_WORKER}=false",   # or the key that asked for the workers: setting_names()
-    "--backend eager": f"{ENABLED}=false",
-    "--backend inductor": f'{BACKEND}="inductor"',
-    "--cpu-multi-worker unsynchronized": f'hyperparameter {CPU_MULTI_WORKER}="unsynchronized"',
-    "--library-patches false": f"{LIBRARY_PATCHES}=false",
-    "--max-compilations": f"hyperparameter {MAX_COMPILATIONS}",
-    "--defaults-off": f"hyperparameter {DEFAULTS_OFF}",
-    "--defaults-off regional": f'{DEFAULTS_OFF}="regional"',
-    "TORCH_LOGS=graph_breaks": f"debug mode ({DEBUG}=true)",
-    "PT_XLA_DEBUG_LEVEL=1": f"debug mode ({DEBUG}=true)",
-}
+# launcher and its workers, so their messages name the hyperparameter to change. A worker option is named by its
+# hyperparameter (WORKER_SETTINGS); the other words it may say are these.
+_DEBUG_MODE = f"debug mode ({DEBUG}=true)"
+PHRASES = MappingProxyType({
+    ONE_WORKER_PER_HOST.words: f"{MULTI_WORKER}=false",   # or the key that asked for the workers: setting_names()
+    COMPILER_OFF.words: f"{ENABLED}=false",
+    **{option_setting("backend", name).words: f'{BACKEND}="{name}"' for name in COMPILER_NAMES},
+    **{log.words: _DEBUG_MODE for log in debug_logs()},
+})
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
 COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CACHE, CACHE_DIR, *WORKER_SETTINGS.values())
@@ -135,11 +132,9 @@ class JobSettings:
     distribution_notes: tuple[str, ...] = ()
     cache: bool = True
     cache_dir: str = ""          # empty: the default under the checkpoints folder
-    # WORKER_SETTINGS: their defaults are the launcher's (WorkerOptions), their meaning its options' help.
-    cpu_multi_worker: str = WorkerOptions.cpu_multi_worker
-    max_compilations: int = WorkerOptions.max_compilations
-    library_patches: bool = WorkerOptions.library_patches
-    defaults_off: str = WorkerOptions.defaults_off
+    # The worker options the job sets by hyperparameter (WORKER_SETTINGS), the others at their defaults: declared,
+    # with their defaults and meaning, by the launcher (opentc_launcher.options.WorkerOptions).
+    worker: WorkerOptions = field(default_factory=WorkerOptions)
 
     @property
     def multi_worker(self) -> bool:
@@ -177,18 +172,20 @@ class JobSettings:
             distribution_notes=distribution.notes,
             cache=_boolean(params, CACHE, True),
             cache_dir=_folder(params, CACHE_DIR),
-            **{name: _worker_setting(params, WORKER_SETTINGS[name], declared, default)
-               for name, declared, default in _WORKER_OPTIONS},
+            worker=WorkerOptions(**{name: _worker_setting(params, WORKER_SETTINGS[name], declared, default)
+                                    for name, declared, default in _WORKER_OPTIONS}),
         )
 
 
-    def setting_names(self) -> dict[str, str]:
-        """SETTING_NAMES, with what asked for several workers as what to turn off for one."""
-        if not self.multi_worker_asked_by:
-            return dict(SETTING_NAMES)
-        one_worker = " and ".join(f"{asked}=false" if asked.startswith("sagemaker_") else f"no {asked}"
-                                  for asked in self.multi_worker_asked_by)
-        return {**SETTING_NAMES, "--nproc-per-node 1": one_worker}
+    def setting_names(self) -> dict[str, dict[str, str]]:
+        """The hyperparameters' names for the launcher's settings (OPENTC_SETTING_NAMES), with what asked for several
+        workers as what to turn off for one."""
+        phrases = dict(PHRASES)
+        if self.multi_worker_asked_by:
+            phrases[ONE_WORKER_PER_HOST.words] = " and ".join(
+                f"{asked}=false" if asked.startswith("sagemaker_") else f"no {asked}"
+                for asked in self.multi_worker_asked_by)
+        return {"options": dict(WORKER_SETTINGS), "phrases": phrases}
 
     def backend_note(self) -> str:
         """How the compiler was chosen, for the log."""

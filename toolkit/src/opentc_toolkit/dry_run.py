@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import IO
 
-from .compiler import COMPILER_KEYS, COMPILER_PREFIX
+from .compiler import COMPILER_KEYS, COMPILER_PREFIX, WORKER_SETTINGS
 from .job import JobPaths
 from .job_plan import PlannedJob, plan_job
 from .not_started import JobNotStarted
@@ -32,8 +32,8 @@ from .stack import stack_pins
 log = logging.getLogger("opentc_toolkit")
 
 RUN_FOLDER = "<run folder>"   # the run's scratch folder, a fresh temporary folder in a real run
-# JobSettings' field for a hyperparameter of the compiler's namespace, where it is not the key's last part (every
-# worker setting's is: compiler.WORKER_SETTINGS).
+# JobSettings' field for a hyperparameter of the compiler's namespace, where it is not the key's last part (a worker
+# setting's is its option's name, in JobSettings.worker: compiler.WORKER_SETTINGS).
 OTHER_FIELD_NAMES = {"backend": "compiler_name", "debug_mode": "debug"}
 
 
@@ -89,7 +89,8 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
              f"{job.num_gpus} GPU(s), script {job.entry_point}", "", "settings (hyperparameters):"]
     for key in COMPILER_KEYS:
         name = key.removeprefix(COMPILER_PREFIX)
-        value = getattr(settings, OTHER_FIELD_NAMES.get(name, name))
+        value = (getattr(settings.worker, name) if key in WORKER_SETTINGS.values() else
+                 getattr(settings, OTHER_FIELD_NAMES.get(name, name)))
         source = "from the job" if key in given else "default"
         lines.append(f"  {key} = {as_written(value)} ({source})")
     asked = " and ".join(settings.multi_worker_asked_by)

@@ -65,9 +65,10 @@ def announce(job: TrainingJob, settings: JobSettings, plan: LaunchPlan, base_env
             log.warning("%s is ignored: the compiler is off", DEBUG)
         if BACKEND in job.framework_params:
             log.warning("%s is ignored: the compiler is off (%s=true turns it on)", BACKEND, ENABLED)
-    if settings.defaults_off and not (settings.enabled and settings.backend.optional_defaults):
+    defaults_off = settings.worker.defaults_off
+    if defaults_off and not (settings.enabled and settings.backend.optional_defaults):
         why = f"{settings.backend.title} has no compile-time defaults" if settings.enabled else "the compiler is off"
-        log.info("%s=%s leaves nothing off here: %s", DEFAULTS_OFF, settings.defaults_off, why)
+        log.info("%s=%s leaves nothing off here: %s", DEFAULTS_OFF, defaults_off, why)
     for name, value in plan.kept_variables.items():
         log.info("Found pre-existing configuration %s=%s: keeping it", name, value)
     for name, value in sorted(plan.replaced_variables.items()):

@@ -23,7 +23,7 @@ from opentc_launcher.launch_checks import too_many_workers
 from opentc_launcher.options import WorkerOptions
 from opentc_launcher.setting_names import VARIABLE as SETTING_NAMES_VARIABLE
 
-from .compiler import WORKER_SETTINGS, JobSettings, compiler_environment
+from .compiler import JobSettings, compiler_environment
 from .job import TrainingJob
 from .not_started import BadInput
 from .outcome import FailureSource, LauncherFailureReport, WorkerErrorFile
@@ -142,13 +142,11 @@ def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: M
         cache_dir = ""
         if settings.cache:
             cache_dir = settings.cache_dir or os.path.join(job.paths.checkpoints, DEFAULT_CACHE_FOLDER)
-        requested = WorkerOptions(
-            backend=settings.compiler_name,
-            compile_report_dir=job.paths.compiler_output,
-            compile_cache_dir=cache_dir,
-            gpu_count=job.num_gpus,
-            **{name: getattr(settings, name) for name in WORKER_SETTINGS},   # the hyperparameters' own options
-        )
+        requested = replace(settings.worker,   # the options the hyperparameters set
+                            backend=settings.compiler_name,
+                            compile_report_dir=job.paths.compiler_output,
+                            compile_cache_dir=cache_dir,
+                            gpu_count=job.num_gpus)
     try:
         return decide(requested, world.size, with_setting_names(env, settings), job.num_gpus)
     except LaunchRefused as e:
@@ -156,7 +154,7 @@ def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: M
 
 
 def with_setting_names(env: Mapping[str, str], settings: JobSettings) -> dict[str, str]:
-    """`env` with the hyperparameters' names for the launcher's settings (compiler.SETTING_NAMES), which the launcher
+    """`env` with the hyperparameters' names for the launcher's settings (JobSettings.setting_names), which the launcher
     and its workers word their messages with."""
     return {**env, SETTING_NAMES_VARIABLE: json.dumps(settings.setting_names())}
 

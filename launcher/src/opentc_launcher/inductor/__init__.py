@@ -12,14 +12,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 
-from ..backend import CompilerBackend, FollowUp, WorkerSession, cuda_or_cpu
+from ..backend import CompilerBackend, FollowUp, cuda_or_cpu
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..plain_pytorch import library_environment
 from ..published_cache import WorkingCopy
 from ..script import Program
+from ..worker_session import WorkerSession
 from .cache_dirs import CACHE_VARIABLE, cache_folder_for
 from .compile_time import OPTIONAL_DEFAULTS
+from .named_settings import DEBUG_LOG
 
 # What debug mode writes (under the compiler folder, output/data/compiler/ in a SageMaker job).
 TRACE_FOLDER = "torch_trace"          # TORCH_TRACE: torch's structured trace, one file per rank (tlparse reads it)
@@ -30,6 +32,7 @@ class InductorBackend(CompilerBackend):
     name = "inductor"
     title = "torch.compile (TorchInductor)"
     optional_defaults = OPTIONAL_DEFAULTS
+    debug_log = DEBUG_LOG
 
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
         return cuda_or_cpu(requested, gpu_count, "TorchInductor", env)

@@ -30,8 +30,9 @@ from ..after_import import when_imported
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..script import Program
-from ..setting_names import setting
+from ..setting_names import DEFAULTS_OFF, setting
 from . import regional, vec_isa
+from .named_settings import REGIONAL_OFF
 
 log = logging.getLogger("opentc_launcher")
 
@@ -84,7 +85,7 @@ class CompileTimeDefaults:
         """Before the script: set each default's variables in this process's environment, keeping the user's."""
         for name in OPTIONAL_DEFAULTS:
             if self.options.is_off(name):
-                self.state[name] = f"off ({setting('--defaults-off')})"
+                self.state[name] = f"off ({setting(DEFAULTS_OFF)})"
         if "regional" not in self.state:
             self._regional(environ)
         if "vec_isa" not in self.state:
@@ -191,7 +192,7 @@ class CompileTimeDefaults:
         """How this job compiles the whole model instead of each block, in words (for a finding's fix)."""
         state = self.state.get("regional", "")
         if state.startswith("on"):
-            return f"compile the whole model ({setting('--defaults-off regional')})"
+            return f"compile the whole model ({setting(REGIONAL_OFF)})"
         if state.startswith("the user's"):
             return f"compile the whole model ({regional.VARIABLE}=false)"
         return "compile the whole model instead of each block"

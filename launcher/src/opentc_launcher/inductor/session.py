@@ -23,7 +23,6 @@ from typing import Any
 
 from .. import exit_codes
 from ..after_import import when_imported
-from ..backend import WorkerSession
 from ..compile_report import (
     GRAPH_BREAKS,
     NOTHING_COMPILED,
@@ -40,9 +39,11 @@ from ..identity import WorkerIdentity, per_rank_files
 from ..options import WorkerOptions
 from ..script import Program
 from ..setting_names import setting
+from ..worker_session import WorkerSession
 from .cache_dirs import CACHE_VARIABLE, cache_folder_for
 from .compile_time import CompileTimeDefaults
 from .libcuda import driver_folders, linkable_libcuda
+from .named_settings import DEBUG_LOG
 from .per_layer import per_layer_finding
 
 log = logging.getLogger("opentc_launcher")
@@ -62,7 +63,7 @@ DDP_WRAPPER_FIX = ("compile the model before wrapping it: model = DistributedDat
                    "torch.compile(DistributedDataParallel(model)) breaks inside DDP's forward on this torch")
 GRAPH_BREAK_FIX = ("each graph break ends a compiled graph and runs the Python in between eagerly: move or rewrite "
                    "the line named (printing, .item(), a data-dependent `if`, a call Dynamo cannot trace) outside "
-                   f"the compiled code; {setting('TORCH_LOGS=graph_breaks')} logs every break")
+                   f"the compiled code; {setting(DEBUG_LOG)} logs every break")
 _PACKAGE_FOLDERS = ("site-packages", "dist-packages")
 
 

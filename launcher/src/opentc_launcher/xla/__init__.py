@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 
-from ..backend import CompilerBackend, LaunchRefused, WorkerSession, no_gpu_message
+from ..backend import CompilerBackend, LaunchRefused, no_gpu_message
 from ..identity import WorkerIdentity
 from ..installed import has_module
 from ..options import WorkerOptions
 from ..script import Program
-from ..setting_names import setting
+from ..setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, setting
+from ..worker_session import WorkerSession
+from .named_settings import DEBUG_LOG, INDUCTOR_INSTEAD, LIBRARY_PATCHES_OFF, UNSYNCHRONIZED
 from .runtime_env import PJRT_DEVICES, pjrt_device
 
 
@@ -43,6 +45,7 @@ def debug_environment(folder: str) -> dict[str, str]:
 
 class XlaBackend(CompilerBackend):
     name = "xla"
+    debug_log = DEBUG_LOG
     title = "PyTorch/XLA"
 
     def missing(self) -> str | None:
@@ -71,10 +74,10 @@ class XlaBackend(CompilerBackend):
         return (
             cpu_multi_worker_message(world_size)
             + f" Accepted instead: GPUs (PJRT_DEVICE=CUDA, one worker per GPU); one worker"
-            f" ({setting('--nproc-per-node 1', env)}); the compiler off ({setting('--backend eager', env)}: plain"
+            f" ({setting(ONE_WORKER_PER_HOST, env)}); the compiler off ({setting(COMPILER_OFF, env)}: plain"
             f" PyTorch, which can use gloo across processes); the Inductor backend"
-            f" ({setting('--backend inductor', env)}, whose workers use gloo on CPUs); or, to test a launch only,"
-            f" {setting('--cpu-multi-worker unsynchronized', env)}."
+            f" ({setting(INDUCTOR_INSTEAD, env)}, whose workers use gloo on CPUs); or, to test a launch only,"
+            f" {setting(UNSYNCHRONIZED, env)}."
         )
 
     def unsynchronized_warning(self, options: WorkerOptions, world_size: int) -> str | None:
@@ -100,7 +103,7 @@ class XlaBackend(CompilerBackend):
 
             notes.append(status_line())
         if not options.library_patches:
-            notes.append(f"library patches off ({setting('--library-patches false', env)}): transformers and "
+            notes.append(f"library patches off ({setting(LIBRARY_PATCHES_OFF, env)}): transformers and "
                          f"accelerate run as installed")
         if "PJRT_DEVICE" in env:
             notes.append(f"Found pre-existing configuration PJRT_DEVICE={env['PJRT_DEVICE']}: keeping it")

@@ -32,6 +32,7 @@ from ..setting_names import setting
 from ..steps import StepCounter
 from .loss_scaling import FIX as LOSS_SCALING_FIX
 from .loss_scaling import LossScalingWatch
+from .named_settings import DEBUG_LOG
 
 log = logging.getLogger("opentc_launcher")
 
@@ -42,7 +43,7 @@ NOTHING_OBSERVED = "no XLA execution observed in this process"
 
 EVALUATION_FIX = ("log less often: calling .item() or printing a tensor forces an explicit evaluation that "
                   "breaks the compiled graph; read values back every 10 to 100 steps, not every step. If "
-                  f"your code does not, a library does: {setting('PT_XLA_DEBUG_LEVEL=1')} logs PT_XLA_DEBUG's "
+                  f"your code does not, a library does: {setting(DEBUG_LOG)} logs PT_XLA_DEBUG's "
                   "'Execution Analysis' with the Python frame of each evaluation")
 FALLBACK_FIX = ("these ops have no XLA lowering and ran on the CPU, copying tensors to the host and back "
                 "each time: replace them or move them out of the training step")

@@ -28,6 +28,7 @@ from typing import Any
 from ..after_import import when_imported
 from ..replace import replace_once
 from ..setting_names import setting
+from .named_settings import LIBRARY_PATCHES_OFF
 
 log = logging.getLogger("opentc_launcher")
 
@@ -345,5 +346,5 @@ def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
     for patch in patches:
         when_imported(patch.module, functools.partial(_apply_when_imported, patch))
     names = [p.name for p in patches]
-    log.info("library patches armed for XLA: %s (off with %s)", ", ".join(names), setting("--library-patches false"))
+    log.info("library patches armed for XLA: %s (off with %s)", ", ".join(names), setting(LIBRARY_PATCHES_OFF))
     return names

@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from ..backend import WorkerSession
 from ..compile_report import CompileReport, limit_message
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..replace import replace_once
+from ..worker_session import WorkerSession
 from .cache import open_cache
 from .diagnostics import CompileMonitor, StepActivity, build_report
 from .library_patches import install as install_library_patches

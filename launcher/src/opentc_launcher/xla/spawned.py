@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import exit_codes
-from ..backend import WorkerSession
 from ..failure_records import read_error_record
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..process import StoppedWithExitCode, configure_logging, exit_code_of
 from ..replace import replace_once
+from ..worker_session import WorkerSession
 from .parameters import parameters_kept_on_move
 
 log = logging.getLogger("opentc_launcher")
