@@ -201,20 +201,20 @@ def test_a_setting_of_an_option_that_does_not_exist_is_refused_where_it_is_decla
 
 
 def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
-    """A worker option declared hyperparameter=True (opentc_launcher.options) is a hyperparameter of the compiler's
+    """A worker option declared with a setting (opentc_launcher.options) is a hyperparameter of the compiler's
     namespace, read with the option's default, and an opentc-run/opentc-worker option: nothing else declares it."""
     import argparse
 
     from opentc_launcher.arguments import add_worker_arguments
-    from opentc_launcher.options import hyperparameter_options
+    from opentc_launcher.options import settable_options
     from opentc_toolkit.compiler import COMPILER_KEYS, WORKER_SETTINGS
 
     parser = argparse.ArgumentParser()
     add_worker_arguments(parser)
     read = JobSettings.from_hyperparameters({})
-    declared = hyperparameter_options()
-    assert {name for name, _, _ in declared} == {"cpu_multi_worker", "max_compilations", "library_patches",
-                                                "defaults_off"}
+    declared = settable_options()
+    assert {name for name, _, _ in declared} == {"cpu_multi_worker", "max_compilations", "warmup_steps",
+                                                "library_patches", "defaults_off"}
     for name, _, default in declared:
         assert WORKER_SETTINGS[name] == f"sagemaker_training_compiler_{name}" and WORKER_SETTINGS[name] in COMPILER_KEYS
         assert getattr(read.worker, name) == default, name

@@ -75,3 +75,15 @@ def test_the_opentc_variables_documented_are_the_ones_the_code_reads():
     in_code = {name for folder in SOURCES for path in folder.rglob("*.py")
                for name in re.findall(r"\bOPENTC_[A-Z0-9_]+\b", path.read_text())}
     assert table_names(VARIABLES_PAGE, "OPENTC_") == in_code
+
+
+def test_the_worker_settings_rows_are_made_from_their_declaration():
+    """Each worker setting's row is its declaration's (opentc_launcher.options); after a change there, rewrite them with
+    `.venv/bin/python -m opentc_toolkit.settings_table docs/hyperparameters-and-variables.md`."""
+    from opentc_toolkit.settings_table import with_worker_setting_rows, worker_setting_rows
+
+    page = VARIABLES_PAGE.read_text()
+    assert len(worker_setting_rows()) >= 4
+    assert with_worker_setting_rows(page) == page, "the rows differ from the declaration: rewrite them (docstring)"
+    changed = page.replace("`0` (no limit)", "`0`", 1)
+    assert with_worker_setting_rows(changed) == page   # the rows a hand edit changed are put back

@@ -97,6 +97,15 @@ def test_xla_cpu_with_several_workers_is_refused_before_launch():
     plan(job(hosts=("a", "b"), current="a"), JobSettings(enabled=False, distribution=Distribution.DATA_PARALLEL))
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_worker_settings_a_job_sets_reach_its_workers_with_the_compiler_on_or_off(enabled):
+    settings = JobSettings.from_hyperparameters({"sagemaker_training_compiler_enabled": enabled,
+                                                 "sagemaker_training_compiler_warmup_steps": "2"})
+    p = plan(job(), settings)
+    assert p.options.warmup_steps == 2 and option(p.command.argv, "--warmup-steps") == "2"
+    assert p.options.backend == ("xla" if enabled else "eager")
+
+
 def test_workers_per_host_override_and_bad_values():
     p = plan(job(), JobSettings(enabled=False, distribution=Distribution.DATA_PARALLEL),
              launch=LaunchSettings(workers_per_host=3))

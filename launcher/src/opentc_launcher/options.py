@@ -33,17 +33,27 @@ CHOICE, FLAG, WHOLE, NUMBER, NAMES, TEXT, BACKEND = "choice", "flag", "whole", "
 
 
 @dataclass(frozen=True)
+class AsSetting:
+    """A worker option that a front end's job sets by a setting of its own named after the option (the SageMaker
+    toolkit: a hyperparameter, which it reads, checks and hands to the workers from this declaration alone), and
+    what a table of those settings says of it: the default as the table writes it, and what the setting does (markdown;
+    `{defaults}` stands for the names of every backend's compile-time defaults)."""
+
+    default: str
+    doc: str
+
+
+@dataclass(frozen=True)
 class Declared:
     """A worker option's declaration, beside its field: what opentc-run and opentc-worker say about it (`help`,
-    `metavar`), how it is parsed (`kind`, `choices`), and whether a front end's job sets it by a hyperparameter of the
-    option's name (`hyperparameter`: the SageMaker toolkit reads and checks it, and hands it to the workers, from this
-    declaration alone)."""
+    `metavar`), how it is parsed (`kind`, `choices`), and whether a front end's job sets it by a setting of the
+    option's name (`setting`)."""
 
     help: str
     kind: str = TEXT
     metavar: str | None = None
     choices: tuple[str, ...] = ()
-    hyperparameter: bool = False
+    setting: AsSetting | None = None
 
 
 def _option(default: object = None, *, default_factory: Callable[[], object] | None = None, **declared: Any) -> Any:
@@ -66,9 +76,12 @@ class WorkerOptions:
     device: str = _option("auto", kind=CHOICE, choices=DEVICES,
                           help="auto: for xla PJRT_DEVICE if set, else cuda when a GPU is visible, else cpu")
     cpu_multi_worker: str = _option(
-        DEFAULT_CPU_MULTI_WORKER, kind=CHOICE, choices=CPU_MULTI_WORKER_POLICIES, hyperparameter=True,
+        DEFAULT_CPU_MULTI_WORKER, kind=CHOICE, choices=CPU_MULTI_WORKER_POLICIES,
         help="several XLA:CPU workers cannot all-reduce across processes: refuse to start (default) or run them as "
-             "unsynchronised replicas with a loud warning")
+             "unsynchronised replicas with a loud warning",
+        setting=AsSetting('`"refuse"`', 'XLA only: several XLA:CPU workers (see [Several workers on XLA:CPU]'
+                          '(distribution.md#several-workers-on-xlacpu)): `"refuse"` or `"unsynchronized"`. Inductor '
+                          'workers on CPUs use gloo and need nothing'))
     compile_report_dir: str = _option("", metavar="DIR", help="write each worker's compile report (JSON) into DIR")
     compile_cache_dir: str = _option(
         "", metavar="DIR", help="persistent compilation cache root (a sub-folder per backend, version and device)")
@@ -78,15 +91,27 @@ class WorkerOptions:
              "job, for backends whose cache cannot survive a stop (inductor); opentc-run makes one itself when this "
              "is not given")
     max_compilations: int = _option(
-        0, kind=WHOLE, metavar="N", hyperparameter=True,
+        0, kind=WHOLE, metavar="N",
         help="stop with an error once a worker has compiled more than N graphs (inductor: captured by Dynamo, cached "
-             "or not; 0: no limit)")
-    warmup_steps: int = _option(5, kind=WHOLE, metavar="N",
-                                help="graphs compiled after N steps are reported as recompilations")
+             "or not; 0: no limit)",
+        setting=AsSetting("`0` (no limit)", "stop a worker that has compiled more graphs than this (XLA: graphs "
+                          "compiled; Inductor: graphs Dynamo captured, from the cache or not)"))
+    warmup_steps: int = _option(
+        5, kind=WHOLE, metavar="N",
+        help="the first N optimizer steps are warm-up: left out of the step times and throughput measured for a job "
+             "summary, and graphs compiled after them are reported as recompilations",
+        setting=AsSetting("`5`", "the first optimizer steps, counted as warm-up, for every backend and with the "
+                          "compiler off: the job summary's step times and throughput leave them out, and a graph "
+                          "compiled after them is reported as a recompilation. Raise it for a job that compiles for "
+                          "longer (an evaluation, new shapes); give the jobs you compare the same value"))
     library_patches: bool = _option(
-        True, kind=FLAG, metavar="true|false", hyperparameter=True,
+        True, kind=FLAG, metavar="true|false",
         help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads every step, "
-             "saving, tied weights: xla/library_patches.py); false: run them as installed")
+             "saving, tied weights: xla/library_patches.py); false: run them as installed",
+        setting=AsSetting("`true`", "XLA only: the version-guarded fixes for libraries that mishandle XLA tensors: "
+                          "host reads every step, saving (see [Hugging Face libraries on XLA]"
+                          "(compilers.md#hugging-face-libraries-on-xla)); `false` runs the libraries exactly as "
+                          "installed"))
     summary_dir: str = _option(
         "", metavar="DIR",
         help="write each worker's measurements (optimizer steps, step times, throughput from its batches, peak "
@@ -96,9 +121,14 @@ class WorkerOptions:
         help="the GPUs on this host, as a launcher above this one counted them (default -1: count them here, "
              "through NVML, honouring CUDA_VISIBLE_DEVICES)")
     defaults_off: str = _option(
-        "", kind=NAMES, metavar="NAMES", hyperparameter=True,
+        "", kind=NAMES, metavar="NAMES",
         help="leave these compile-time defaults of the backend off: comma-separated names ({declared}), or "
-             f"{ALL_DEFAULTS}")
+             f"{ALL_DEFAULTS}",
+        setting=AsSetting('`""` (every default on)', 'Inductor only: the compile-time defaults to leave off, by '
+                          'name, comma-separated (`"regional,vec_isa"`), or `"all"`: {defaults} ([what each does '
+                          'and saves](compile-time.md)). A name no backend has stops the job, whatever the compiler '
+                          'and with the compiler off (exit code 2, naming those accepted); on XLA or with the '
+                          'compiler off the names leave nothing off (logged)'))
 
     def gpus(self) -> int:
         """The GPU count handed down, else this process's own."""
@@ -129,6 +159,6 @@ def declared_options() -> list[tuple[str, Declared, object]]:
     return [(f.name, f.metadata["declared"], getattr(defaults, f.name)) for f in fields(WorkerOptions)]
 
 
-def hyperparameter_options() -> list[tuple[str, Declared, object]]:
-    """The worker options a SageMaker job sets with hyperparameters of the compiler's own."""
-    return [option for option in declared_options() if option[1].hyperparameter]
+def settable_options() -> list[tuple[str, Declared, object]]:
+    """The worker options a front end's job sets by settings of their names (Declared.setting)."""
+    return [option for option in declared_options() if option[1].setting is not None]

@@ -20,8 +20,8 @@ from opentc_launcher.options import (
     WHOLE,
     Declared,
     WorkerOptions,
-    hyperparameter_options,
     off_names,
+    settable_options,
 )
 from opentc_launcher.registry import COMPILER_NAMES, backend_named, debug_logs, defaults_off_problem
 from opentc_launcher.setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, option_setting
@@ -39,9 +39,9 @@ CACHE_DIR = "sagemaker_training_compiler_cache_dir"
 BACKEND = "sagemaker_training_compiler_backend"
 COMPILER_PREFIX = "sagemaker_training_compiler_"
 # The worker options a job sets by hyperparameter, each declared once with the launcher's option
-# (opentc_launcher.options.WorkerOptions, hyperparameter=True): its key is the prefix and the option's name, its
-# default and parsing are the declaration's, and JobSettings has a field of the same name.
-_WORKER_OPTIONS = hyperparameter_options()   # (name, declaration, default)
+# (opentc_launcher.options.WorkerOptions, with a `setting`): its key is the prefix and the option's name; its default,
+# parsing and row in the docs' table (settings_table) are the declaration's; JobSettings.worker holds its value.
+_WORKER_OPTIONS = settable_options()   # (name, declaration, default)
 WORKER_SETTINGS = {name: COMPILER_PREFIX + name for name, _, _ in _WORKER_OPTIONS}
 CPU_MULTI_WORKER = WORKER_SETTINGS["cpu_multi_worker"]
 MAX_COMPILATIONS = WORKER_SETTINGS["max_compilations"]

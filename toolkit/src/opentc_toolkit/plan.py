@@ -136,8 +136,9 @@ def plan_world(job: TrainingJob, settings: JobSettings, launch: LaunchSettings) 
 
 
 def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
-    """What every worker runs with; the device and the CPU multi-worker policy decided for this world."""
-    requested = WorkerOptions(backend="eager", gpu_count=job.num_gpus)
+    """What every worker runs with; the device and the CPU multi-worker policy decided for this world. The options
+    the hyperparameters set reach the workers with the compiler off too (eager ignores what it has no use for)."""
+    requested = replace(settings.worker, backend="eager", gpu_count=job.num_gpus)
     if settings.enabled:
         cache_dir = ""
         if settings.cache:
