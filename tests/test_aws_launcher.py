@@ -11,13 +11,13 @@ import pytest
 
 from conftest import SCRIPTS, logged_failure, no_torch_xla, run_train
 from opentc_launcher import exit_codes
-from opentc_launcher.text import shown
 from opentc_toolkit.aws_launcher import adapt_aws_launcher, convert_arguments
 from opentc_toolkit.compiler import JobSettings
 from opentc_toolkit.distributions import Distribution
 from opentc_toolkit.job import JobPaths, TrainingJob
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.plan import LaunchSettings, plan_world
+from opentc_toolkit.quoted import quoted
 
 pytestmark = [pytest.mark.xla]
 
@@ -93,7 +93,7 @@ def test_bad_num_gpus_is_refused_naming_it(tmp_path, gpus, value):
     with pytest.raises(BadInput) as e:
         adapt_aws_launcher(job, JobSettings(enabled=True), str(code))
     message = str(e.value)
-    assert message.startswith(f"hyperparameter num_gpus has the value {shown(value)}, which is not accepted"), message
+    assert message.startswith(f"hyperparameter num_gpus has the value {quoted(value)}, which is not accepted"), message
     assert ("from 1 to 8 (the GPUs on this host)" if gpus else "a whole number >= 1") in message
 
 
@@ -124,12 +124,12 @@ def test_a_launcher_that_is_not_utf8_is_still_recognised(tmp_path):
     ([], ("has no hyperparameter training_script: add hyperparameter training_script=<your script>",
           "or make your script the entry point and set distribution pytorchxla enabled")),
     (["--training_script", ""], ("add hyperparameter training_script=<your script>",)),
-    (["--training_script", "trian.py"], ("training_script='trian.py' names no file in the code folder",
+    (["--training_script", "trian.py"], ('training_script="trian.py" names no file in the code folder',
                                           f"its .py files: {LAUNCHER}, {TRAIN_SCRIPT}, sub/helper.py")),
-    (["--training_script", "sub"], ("training_script='sub' names no file",)),
-    (["--training_script", "../escape.py"], ("training_script='../escape.py' is outside the code folder",)),
-    (["--training_script", "notes.txt"], ("training_script='notes.txt' is not a .py file",)),
-    (["--training_script", LAUNCHER], (f"training_script='{LAUNCHER}' is such a launcher too",
+    (["--training_script", "sub"], ('training_script="sub" names no file',)),
+    (["--training_script", "../escape.py"], ('training_script="../escape.py" is outside the code folder',)),
+    (["--training_script", "notes.txt"], ('training_script="notes.txt" is not a .py file',)),
+    (["--training_script", LAUNCHER], (f'training_script="{LAUNCHER}" is such a launcher too',
                                        "set training_script to your training script itself")),
 ])
 def test_what_to_change_is_named(tmp_path, args, expected):
@@ -188,10 +188,10 @@ def assert_refused(job, result, *expected):
 
 @pytest.mark.parametrize(("hyperparameters", "expected"), [
     ({}, ("add hyperparameter training_script=<your script>", "set distribution pytorchxla enabled")),
-    ({"training_script": "train_missing.py"}, ("training_script='train_missing.py' names no file",
+    ({"training_script": "train_missing.py"}, ('training_script="train_missing.py" names no file',
                                                f"its .py files: {LAUNCHER}, {TRAIN_SCRIPT}")),
-    ({"training_script": LAUNCHER}, (f"training_script='{LAUNCHER}' is such a launcher too",)),
-    ({"training_script": TRAIN_SCRIPT, "num_gpus": 0}, ("hyperparameter num_gpus has the value '0'",
+    ({"training_script": LAUNCHER}, (f'training_script="{LAUNCHER}" is such a launcher too',)),
+    ({"training_script": TRAIN_SCRIPT, "num_gpus": 0}, ('hyperparameter num_gpus has the value "0"',
                                                         "a whole number >= 1")),
 ])
 def test_a_launcher_job_that_cannot_run_says_what_to_change(make_job, hyperparameters, expected):

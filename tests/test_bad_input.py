@@ -224,5 +224,5 @@ def test_a_program_that_is_not_a_file_is_called_what_it_is(make_job, what):
 def test_an_unknown_compiler_backend_is_named_with_both_accepted(make_job):
     job = bad_job(make_job, compiler=True)
     job.set_hyperparameters(sagemaker_training_compiler_backend="tvm")
-    assert_refused(job, run_train(job), "hyperparameter sagemaker_training_compiler_backend has the value 'tvm', "
+    assert_refused(job, run_train(job), "hyperparameter sagemaker_training_compiler_backend has the value \"tvm\", "
                                         "which is not accepted: use one of \"xla\", \"inductor\".")

@@ -34,8 +34,8 @@ def test_accepted_values(raw, expected):
 
 
 @pytest.mark.parametrize(("key", "raw", "shown"), [
-    (ENABLED, "yes", "'yes'"), (ENABLED, "1", "1"), (DEBUG, "maybe", "'maybe'"), (MULTI, "0", "0"),
-    (ENABLED, "", "''"), (MULTI, "[true]", "[True]"), (LIBRARY_PATCHES, "off", "'off'"),
+    (ENABLED, "yes", '"yes"'), (ENABLED, "1", "1"), (DEBUG, "maybe", '"maybe"'), (MULTI, "0", "0"),
+    (ENABLED, "", '""'), (MULTI, "[true]", "[true]"), (LIBRARY_PATCHES, "off", '"off"'),   # as JSON, as written
 ])
 def test_rejected_values_name_key_value_and_accepted(key, raw, shown):
     with pytest.raises(BadInput) as err:
@@ -219,3 +219,14 @@ def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
         assert WORKER_SETTINGS[name] == f"sagemaker_training_compiler_{name}" and WORKER_SETTINGS[name] in COMPILER_KEYS
         assert getattr(read.worker, name) == default, name
         assert parser.parse_args([]).__dict__[name] == default, name
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("abc", '"abc"'), (3, "3"), (True, "true"), (None, "null"), (["a"], '["a"]'), ("café", '"café"'),
+    ("\udcff", '"\\udcff"'),                                                    # not UTF-8: escaped, never raised
+    ("7" * 5000, '"' + "7" * 39 + "... (5000 characters)"),                    # what is accepted stays in view
+])
+def test_a_hyperparameters_value_is_quoted_as_json_the_way_the_sdk_writes_it(value, expected):
+    from opentc_toolkit.quoted import quoted
+
+    assert quoted(value) == expected

@@ -65,7 +65,7 @@ def test_torch_distributed_and_pytorchxla_ask_for_several_workers():
     assert one_worker(both) == f"{XLA_MULTI_WORKER}=false and {TORCH_DISTRIBUTED}=false"
     off = JobSettings.from_hyperparameters(decode_hyperparameters({TORCH_DISTRIBUTED: "false"}))
     assert not off.multi_worker and off.distribution is Distribution.NONE
-    with pytest.raises(BadInput, match=f"hyperparameter {TORCH_DISTRIBUTED} has the value 'yes please'"):
+    with pytest.raises(BadInput, match=f"hyperparameter {TORCH_DISTRIBUTED} has the value \"yes please\""):
         read_distribution({TORCH_DISTRIBUTED: "yes please"}, {})
 
 

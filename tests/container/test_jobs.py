@@ -58,7 +58,7 @@ def test_a_bad_hyperparameter_fails_with_the_reason(image, make_job, containers)
     result = run_job(image, containers(), job)
     assert result.returncode == 2, result.output[-3000:]
     assert job.failure.startswith("Training not started: hyperparameter sagemaker_training_compiler_enabled "
-                                  "has the value 'maybe', which is not accepted")
+                                  "has the value \"maybe\", which is not accepted")
     assert not job.succeeded and files_under(job.model) == []
 
 

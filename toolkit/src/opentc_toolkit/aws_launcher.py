@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from opentc_launcher.env_values import whole_number
-from opentc_launcher.text import shown
 
 from .compiler import MULTI_WORKER, JobSettings
 from .distributions import Distribution
 from .job import AdaptedJob, TrainingJob
 from .not_started import BadInput
+from .quoted import quoted
 
 SM_DIST = "torch_xla.distributed.sm_dist"
 TRAINING_SCRIPT = "training_script"
@@ -95,18 +95,18 @@ def _training_script(value: str | None, code: str, entry: str) -> str:
             f"script the entry point and set distribution pytorchxla enabled (hyperparameter {MULTI_WORKER}=true).")
     relative = os.path.relpath(os.path.normpath(os.path.join(code, value)), code)
     if relative == os.curdir or relative.split(os.sep, 1)[0] == os.pardir:
-        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is outside the code folder "
+        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={quoted(value)} is outside the code folder "
                              f"{code}: name a .py file in it, relative to it ({_listing(code)}).")
     path = os.path.join(code, relative)
     if not os.path.isfile(path):
-        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} names no file in the code "
+        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={quoted(value)} names no file in the code "
                              f"folder {code} ({_listing(code)}): set {TRAINING_SCRIPT} to one of them.")
     if not relative.endswith(".py"):
-        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is not a .py file: "
+        raise BadInput(f"{launcher}; hyperparameter {TRAINING_SCRIPT}={quoted(value)} is not a .py file: "
                              f"set it to your Python training script ({_listing(code)}).")
     if calls_sm_dist(path):
         raise BadInput(
-            f"{launcher}; hyperparameter {TRAINING_SCRIPT}={shown(value)} is such a launcher too (it calls "
+            f"{launcher}; hyperparameter {TRAINING_SCRIPT}={quoted(value)} is such a launcher too (it calls "
             f"{SM_DIST}): set {TRAINING_SCRIPT} to your training script itself ({_listing(code)}).")
     return relative
 
@@ -121,7 +121,7 @@ def _workers_per_host(value: str | None, job: TrainingJob, entry: str) -> int | 
     accepted = (f"a whole number from 1 to {job.num_gpus} (the GPUs on this host)" if job.num_gpus
                 else "a whole number >= 1")
     raise BadInput(
-        f"hyperparameter {NUM_GPUS} has the value {shown(value)}, which is not accepted: with the AWS-era launcher "
+        f"hyperparameter {NUM_GPUS} has the value {quoted(value)}, which is not accepted: with the AWS-era launcher "
         f"{entry} ({SM_DIST}) it is the number of workers per host, {accepted}; or remove it for one worker "
         f"per GPU.")
 

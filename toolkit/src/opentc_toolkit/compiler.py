@@ -25,11 +25,11 @@ from opentc_launcher.options import (
 )
 from opentc_launcher.registry import COMPILER_NAMES, backend_named, debug_logs, defaults_off_problem
 from opentc_launcher.setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, option_setting
-from opentc_launcher.text import shown
 
 from .distributions import XLA_MULTI_WORKER, Distribution, read_distribution
 from .flags import boolean as _boolean
 from .not_started import BadInput
+from .quoted import quoted
 
 ENABLED = "sagemaker_training_compiler_enabled"
 DEBUG = "sagemaker_training_compiler_debug_mode"
@@ -67,7 +67,7 @@ def _choice(params: Mapping[str, Any], key: str, choices: tuple[str, ...], defau
     value = params.get(key, default)
     if isinstance(value, str) and value.strip().lower() in choices:
         return value.strip().lower()
-    raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use one of "
+    raise BadInput(f"hyperparameter {key} has the value {quoted(value)}, which is not accepted: use one of "
                          + ", ".join(f'"{c}"' for c in choices) + ".")
 
 
@@ -75,7 +75,7 @@ def _whole_number(params: Mapping[str, Any], key: str, default: int) -> int:
     value = params.get(key, default)
     number = None if isinstance(value, bool) or not isinstance(value, (int, str)) else whole_number(str(value))
     if number is None:
-        raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use a whole "
+        raise BadInput(f"hyperparameter {key} has the value {quoted(value)}, which is not accepted: use a whole "
                              f"number >= 0 in digits 0-9, at most {MAX_DIGITS} of them (0 means no limit).")
     return number
 
@@ -87,7 +87,7 @@ def _names(params: Mapping[str, Any], key: str) -> str:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         value = ",".join(value)
     if not isinstance(value, str) or any(c in value for c in "\0\n"):
-        raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use a "
+        raise BadInput(f"hyperparameter {key} has the value {quoted(value)}, which is not accepted: use a "
                        f"comma-separated list of names, e.g. \"regional,vec_isa\", or \"all\".")
     problem = defaults_off_problem(value, f"hyperparameter {key}")
     if problem:
@@ -111,7 +111,7 @@ def _worker_setting(params: Mapping[str, Any], key: str, declared: Declared, def
 def _folder(params: Mapping[str, Any], key: str) -> str:
     value = params.get(key, "")
     if not isinstance(value, str) or (value and not os.path.isabs(value)):
-        raise BadInput(f"hyperparameter {key} has the value {shown(value)}, which is not accepted: "
+        raise BadInput(f"hyperparameter {key} has the value {quoted(value)}, which is not accepted: "
                              f"use an absolute folder path inside the container, "
                              f"e.g. \"/opt/ml/checkpoints/xla-cache\".")
     return value

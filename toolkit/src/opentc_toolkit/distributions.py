@@ -11,7 +11,6 @@ job, for the scripts that run on torch.distributed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -21,6 +20,7 @@ from opentc_launcher.env_values import flag
 
 from .flags import boolean
 from .not_started import BadInput
+from .quoted import quoted
 
 XLA_MULTI_WORKER = "sagemaker_pytorch_xla_multi_worker_enabled"   # distribution={"pytorchxla": {"enabled": True}}
 TORCH_DISTRIBUTED = "sagemaker_torch_distributed_enabled"          # distribution={"torch_distributed": {...}}
@@ -95,18 +95,12 @@ def asks(value: Any) -> bool:
     return not (isinstance(value, str) and flag(value) is False)
 
 
-def shown(value: Any) -> str:
-    """A hyperparameter's value as a message quotes it: its JSON, cut short past 60 characters."""
-    sent = json.dumps(value, ensure_ascii=False)
-    return sent if len(sent) <= 60 else sent[:50] + "..."
-
-
 def read_distribution(framework_params: Mapping[str, Any], script_params: Mapping[str, Any]) -> DistributionAsked:
     """The distribution the job's hyperparameters ask for; a distribution this image cannot run is refused
     (BadInput: exit code 2, before anything starts), naming the key, why, and what to use instead."""
     for key, (what, instead) in REFUSED.items():
         if key in framework_params and asks(framework_params[key]):
-            raise BadInput(f"hyperparameter {key}={shown(framework_params[key])} asks for {what}: this image "
+            raise BadInput(f"hyperparameter {key}={quoted(framework_params[key])} asks for {what}: this image "
                            f"cannot run it, and would otherwise run one worker per host without saying so. "
                            f"{'Use ' if instead is INSTEAD else ''}{instead}.")
     if MODEL_PARALLEL in script_params and SMDDP in framework_params:

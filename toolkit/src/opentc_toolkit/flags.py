@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentc_launcher.env_values import flag
-from opentc_launcher.text import shown
 
 from .not_started import BadInput
+from .quoted import quoted
 
 
 def boolean(params: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -21,5 +21,5 @@ def boolean(params: Mapping[str, Any], key: str, default: bool) -> bool:
     if isinstance(value, str) and flag(value) is not None:
         return bool(flag(value))
     raise BadInput(
-        f"hyperparameter {key} has the value {shown(value)}, which is not accepted: use \"true\" or \"false\" "
+        f"hyperparameter {key} has the value {quoted(value)}, which is not accepted: use \"true\" or \"false\" "
         f"(a JSON boolean, as the SageMaker SDK writes it, or that string in any letter case).")

@@ -15,8 +15,9 @@ from typing import Any
 
 from opentc_launcher.env_values import flag
 
-from .distributions import asks, shown
+from .distributions import asks
 from .not_started import BadInput
+from .quoted import quoted
 
 TRAINER_FSDP = "fsdp"                         # the Trainer's argument, as a hyperparameter (fsdp_config alone is inert)
 ACCELERATE_FSDP = "ACCELERATE_USE_FSDP"       # accelerate's switch, from the job's environment
@@ -28,7 +29,7 @@ def check_sharding(script_params: Mapping[str, Any], env: Mapping[str, str], dev
         return
     asked = []
     if asks(script_params.get(TRAINER_FSDP)):
-        asked.append(f"hyperparameter {TRAINER_FSDP}={shown(script_params[TRAINER_FSDP])}")
+        asked.append(f"hyperparameter {TRAINER_FSDP}={quoted(script_params[TRAINER_FSDP])}")
     if flag(env.get(ACCELERATE_FSDP, "")):
         asked.append(f"the environment variable {ACCELERATE_FSDP}={env[ACCELERATE_FSDP]}")
     if asked:
