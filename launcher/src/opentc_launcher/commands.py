@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 # Facts of a launch that the toolkit's plan and opentc-run's own must agree on, written once.
 DEFAULT_MASTER_PORT = 29500        # the rendezvous port when none is given: torchrun's own default
@@ -29,3 +30,27 @@ def worker_command(python: str = sys.executable) -> tuple[str, ...]:
 
 def run_command(python: str = sys.executable) -> tuple[str, ...]:
     return _command("opentc-run", "opentc_launcher.run", python)
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the hosts of a multi-host launch meet (torchrun's c10d rendezvous on the first host)."""
+
+    nodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int = DEFAULT_MASTER_PORT
+    timeout: float = 300.0   # seconds to wait for every host
+
+
+def run_argv(python: str, workers_per_host: int, *, failure_report: str, log_dir: str,
+             rendezvous: Rendezvous | None = None) -> list[str]:
+    """opentc-run's command line up to the worker options: `workers_per_host` workers, on this host alone (a local
+    rendezvous on a free port: a single host never resolves its own name) or meeting the others at `rendezvous`."""
+    argv = [*run_command(python), "--nproc-per-node", str(workers_per_host), "--failure-report", failure_report,
+            "--log-dir", log_dir]
+    if rendezvous is None:
+        return [*argv, "--standalone"]
+    return [*argv, "--nnodes", str(rendezvous.nodes), "--node-rank", str(rendezvous.node_rank),
+            "--master-addr", rendezvous.master_addr, "--master-port", str(rendezvous.master_port),
+            "--rdzv-conf", f"timeout={max(1, int(rendezvous.timeout))}"]

@@ -15,7 +15,6 @@ import argparse
 import glob
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import uuid
@@ -25,7 +24,7 @@ from typing import Any, NoReturn
 
 from . import exit_codes
 from .arguments import add_worker_arguments
-from .commands import DEFAULT_MASTER_PORT, WORKING_CACHE, worker_command
+from .commands import DEFAULT_MASTER_PORT, worker_command
 from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from .failure_records import LAUNCH, FailureRecord, read_error_file
@@ -40,9 +39,8 @@ from .launch_checks import (
 )
 from .options import WorkerOptions
 from .process import configure_logging
-from .published_cache import WorkingCopy
-from .registry import backend_named
 from .text import tail
+from .working_cache import own_working_copy, publish_working_copy
 
 log = logging.getLogger("opentc_launcher")
 
@@ -144,19 +142,6 @@ def write_failure_report(path: str, record: FailureRecord) -> None:
         write_atomically(path, record.to_json())
 
 
-def _open_working_copy(options: WorkerOptions, scratch: str) -> tuple[WorkerOptions, WorkingCopy | None]:
-    """The working copy of the cache this node's workers compile in, for a backend that needs one, when no launcher
-    above this one made it (the toolkit passes --compile-cache-work-dir); published after the workers succeed."""
-    if options.compile_cache_work_dir or not options.compile_cache_dir:
-        return options, None
-    with_copy = replace(options, compile_cache_work_dir=os.path.join(scratch, WORKING_CACHE))
-    cache = backend_named(options.backend).cache_copy(with_copy, os.environ)
-    if cache is None:
-        return options, None
-    log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(), cache.working)
-    return with_copy, cache
-
-
 def _report_launch_failure(args: argparse.Namespace, exit_code: int, message: str) -> None:
     log.error("%s", message)
     write_failure_report(args.failure_report, FailureRecord(exit_code=exit_code, summary=message, stage=LAUNCH))
@@ -168,18 +153,27 @@ def _fail(args: argparse.Namespace, exit_code: int, message: str) -> NoReturn:
     sys.exit(exit_code)
 
 
-def main(argv: list[str] | None = None) -> NoReturn:
-    configure_logging()
+@dataclass(frozen=True)
+class RunConfig:
+    """One launch, decided before anything starts: torchrun's arguments, rewritten to run every worker under
+    opentc-worker with `options` (as torch.distributed.run's config_from_args takes them), and what messages name."""
+
+    args: argparse.Namespace
+    options: WorkerOptions
+    log_dir: str        # each worker's output, kept by torchrun's --tee; the working copy of the cache when ours
+    endpoint: str       # the rendezvous, for messages
+    node: str           # "node rank N of M", for messages
+
+
+def configure(argv: list[str] | None = None) -> RunConfig:
+    """Parse and check opentc-run's command line and decide the launch (the device, the workers' options), once,
+    before any process starts; a launch that cannot go ahead ends here (exit code 2, with the failure report)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.no_python or args.run_path:
         parser.error("--no-python and --run-path are not supported: every worker runs the script "
                      "under its backend's bootstrap (opentc-worker)")
-
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import elastic_launch
-    from torch.distributed.run import config_from_args, determine_local_world_size, parse_min_max_nnodes
+    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
     gpu_count = args.gpu_count if args.gpu_count >= 0 else visible_gpu_count()   # counted once, handed down
     if args.master_port is None:   # torch >= 2.8 leaves it unset for run() to fill in; config_from_args needs it
@@ -188,16 +182,14 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if problem:
         _fail(args, exit_codes.BAD_INPUT, problem)
     apply_standalone(args)
-    script, script_args, as_module = args.training_script, list(args.training_script_args), args.module
     # Keep each worker's stderr in a file as well as on the console: the tail of a failed worker's
     # stderr goes into the failure report.
     if args.tee == "0" and args.redirects == "0":
         args.tee = "2"
-    log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
-    args.log_dir = log_dir
+    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
     world_size = parse_min_max_nnodes(args.nnodes)[1] * determine_local_world_size(args.nproc_per_node)
     try:
-        # Decided once, before any process starts; every worker gets the decision as its options.
+        # Every worker gets the decision as its options.
         options = decide(replace(WorkerOptions.from_namespace(args), gpu_count=gpu_count), world_size, os.environ,
                          gpu_count)
     except LaunchRefused as e:
@@ -205,25 +197,42 @@ def main(argv: list[str] | None = None) -> NoReturn:
     warning = unsynchronized_warning(options, world_size)
     if warning:
         log.warning("%s", warning)
-    options, cache = _open_working_copy(options, log_dir)
+    return RunConfig(args=args, options=options, log_dir=args.log_dir,
+                     endpoint=args.rdzv_endpoint or f"{args.master_addr}:{args.master_port}",
+                     node=f"node rank {args.node_rank} of {args.nnodes}")
 
+
+def _as_workers(args: argparse.Namespace, options: WorkerOptions) -> None:
+    """torchrun's arguments rewritten so that each worker is opentc-worker with `options` running the script."""
     worker = worker_command()
-    worker_args = options.to_argv() + (["--module"] if as_module else []) + [script] + script_args
+    worker_args = [*options.to_argv(), *(["--module"] if args.module else []), args.training_script,
+                   *args.training_script_args]
     if len(worker) == 1:       # the installed console script
         args.no_python, args.module = True, False
         args.training_script, args.training_script_args = worker[0], worker_args
     else:                      # python -m opentc_launcher.worker
         args.module = True
         args.training_script, args.training_script_args = worker[2], worker_args
-    config, cmd, cmd_args = config_from_args(args)
-    endpoint = f"{args.master_addr}:{args.master_port}" if not args.rdzv_endpoint else args.rdzv_endpoint
-    node = f"node rank {args.node_rank} of {args.nnodes}"
+
+
+def launch(config: RunConfig) -> NoReturn:
+    """Run the workers and end with their outcome: 0, the failed worker's exit code (with its failure report), or
+    the stop's; the working copy of the cache, when this launcher owns one, is published after a success."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args
+
+    args = config.args
+    options, cache = own_working_copy(config.options, config.log_dir, os.environ)
+    _as_workers(args, options)
+    launch_config, cmd, cmd_args = config_from_args(args)
 
     def rendezvous_never_completed(seconds: float) -> None:
         _report_launch_failure(args, exit_codes.PEERS_UNREACHABLE, (
-            f"the hosts never met: no rendezvous with {endpoint} within {seconds:g} s ({node}). Either that host "
-            f"has not started its launcher (see its log), or another program holds the port there and accepted "
-            f"the connection without answering: set MASTER_PORT to a free port. OPENTC_PEER_TIMEOUT (or "
+            f"the hosts never met: no rendezvous with {config.endpoint} within {seconds:g} s ({config.node}). Either "
+            f"that host has not started its launcher (see its log), or another program holds the port there and "
+            f"accepted the connection without answering: set MASTER_PORT to a free port. OPENTC_PEER_TIMEOUT (or "
             f"--rdzv-conf timeout=N) sets how long to wait."))
         logging.shutdown()
         sys.stderr.flush()
@@ -232,9 +241,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     watchdog = RendezvousWatchdog(rendezvous_timeout(args.rdzv_conf) + WATCHDOG_MARGIN, rendezvous_never_completed)
     watchdog.start()
     try:
-        elastic_launch(config, cmd)(*cmd_args)
+        elastic_launch(launch_config, cmd)(*cmd_args)
     except ChildFailedError as e:
-        record = failure_from_child_failed(e, log_dir)
+        record = failure_from_child_failed(e, config.log_dir)
         write_failure_report(args.failure_report, record)
         where = f"rank {record.rank}" if record.rank is not None else "a worker"
         log.error("%s failed with exit code %d: %s", where, record.exit_code, record.summary or "(no error record)")
@@ -243,16 +252,20 @@ def main(argv: list[str] | None = None) -> NoReturn:
         log.error("stopped by %s", e.sigval.name)
         sys.exit(exit_codes.of_signal(e.sigval))
     except Exception as e:  # noqa: BLE001  (before the workers' scripts could report: the OS, or the peers never met)
-        _fail(args, *classify_launch_error(e, endpoint, node, f"{args.nproc_per_node} worker(s)"))
+        _fail(args, *classify_launch_error(e, config.endpoint, config.node, f"{args.nproc_per_node} worker(s)"))
     finally:
         watchdog.disarm()
     if cache is not None:
         try:
-            log.info("compilation cache: %s", cache.publish())
+            log.info("compilation cache: %s", publish_working_copy(cache))
         except OSError as e:
             log.warning("compilation cache: not published: %s: %s", type(e).__name__, e)
-        shutil.rmtree(cache.working, ignore_errors=True)
     sys.exit(exit_codes.OK)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    configure_logging()
+    launch(configure(argv))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from typing import NoReturn
 
 from opentc_launcher import exit_codes
 from opentc_launcher.files import unwritable
+from opentc_launcher.working_cache import open_working_copy
 
 from .compiler import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
 from .distributions import TORCH_DISTRIBUTED
@@ -121,10 +122,7 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
                                f"job folder mounted by hand must be mounted read-write).")
         announce(job, settings, plan, base_env)
         install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
-        cache = recorder.cache = settings.backend.cache_copy(plan.options, base_env)
-        if cache is not None:
-            log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(),
-                     cache.working)
+        recorder.cache = open_working_copy(plan.options, base_env)
         wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
         result = supervisor.run(plan.command, on_line=recorder.lines.feed)
         return judge(result, plan.failure_source, job.current_host, plan.world.size)

@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from opentc_launcher.commands import DEFAULT_MASTER_PORT, WORKING_CACHE, run_command, worker_command
+from opentc_launcher.commands import DEFAULT_MASTER_PORT, Rendezvous, run_argv, worker_command
 from opentc_launcher.decision import LaunchRefused, decide
 from opentc_launcher.env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from opentc_launcher.launch_checks import too_many_workers
 from opentc_launcher.options import WorkerOptions
 from opentc_launcher.setting_names import VARIABLE as SETTING_NAMES_VARIABLE
+from opentc_launcher.working_cache import with_working_copy
 
 from .compiler import JobSettings, compiler_environment
 from .job import TrainingJob
@@ -190,8 +191,8 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
     """
     world, peers = plan_world(job, settings, launch)
     options = worker_options(settings, job, world, base_env)
-    options = replace(options, summary_dir=os.path.join(scratch, WORKER_RECORDS),
-                      compile_cache_work_dir=os.path.join(scratch, WORKING_CACHE) if options.compile_cache_dir else "")
+    # The workers' records, and the working copy of the cache this run opens and publishes (entry, wrap_up).
+    options = with_working_copy(replace(options, summary_dir=os.path.join(scratch, WORKER_RECORDS)), scratch)
     changes = compiler_environment(settings, gpu_count=job.num_gpus, compiler_output=job.paths.compiler_output,
                                    base_env=base_env)
     decided = job.script_env
@@ -203,16 +204,11 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
     failure_source: FailureSource
     if settings.multi_worker:
         failure_source = LauncherFailureReport(os.path.join(scratch, "failure-report.json"))
-        argv = [*run_command(python), "--nproc-per-node", str(world.workers_per_host),
-                "--failure-report", failure_source.path, "--log-dir", os.path.join(scratch, "torchrun")]
-        if world.nodes == 1:
-            # A local rendezvous on a free port: a single host never resolves its own name.
-            argv += ["--standalone"]
-        else:
-            argv += ["--nnodes", str(world.nodes), "--node-rank", str(world.node_rank),
-                     "--master-addr", world.master_addr, "--master-port", str(launch.master_port),
-                     "--rdzv-conf", f"timeout={max(1, int(launch.peer_timeout))}"]
-        argv += script_part
+        rendezvous = None if world.nodes == 1 else Rendezvous(
+            nodes=world.nodes, node_rank=world.node_rank, master_addr=world.master_addr,
+            master_port=launch.master_port, timeout=launch.peer_timeout)
+        argv = [*run_argv(python, world.workers_per_host, failure_report=failure_source.path,
+                          log_dir=os.path.join(scratch, "torchrun"), rendezvous=rendezvous), *script_part]
     else:
         failure_source = WorkerErrorFile(os.path.join(scratch, "worker-error.json"))
         argv = [*worker_command(python), *script_part]

@@ -14,8 +14,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from opentc_launcher.published_cache import WorkingCopy
+from opentc_launcher.working_cache import publish_working_copy
 
 from .job_summary import JobRecorder
 from .not_started import BadInput
@@ -92,7 +94,8 @@ def wrap_up(outcome: Outcome, recorder: JobRecorder, supervisor: Supervisor, bas
         if cache is not None:
             if outcome.succeeded and supervisor.stop_requested is None:
                 during = f"while the compilation cache was being published to {cache.published}"
-                ended = _within(max(0.0, deadline - time.monotonic()), cache.publish, "compilation cache")
+                ended = _within(max(0.0, deadline - time.monotonic()), partial(publish_working_copy, cache),
+                                "compilation cache")
                 if ended and supervisor.stop_requested is None:   # a stop from now on came after the publication
                     during = PUBLISHED
             elif not outcome.succeeded:
