@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from .summary import JobSummary
 
 EAGER = "eager"   # the job summary's backend with the compiler off
 
 
-def cost(summary: dict[str, Any], price_per_hour: float) -> float | None:
+def cost(summary: JobSummary, price_per_hour: float) -> float | None:
     """USD for the job: wall time x price x hosts (a summary without hosts counts one)."""
     wall = summary.get("wall_seconds")
     if wall is None:
@@ -33,7 +34,7 @@ def saving(first: float | None, this: float | None) -> str:
     return f"{first - this:,.4f}{share}"
 
 
-def break_even(first: dict[str, Any], this: dict[str, Any]) -> str:
+def break_even(first: JobSummary, this: JobSummary) -> str:
     """After how many optimizer steps the compiled job of the pair is ahead of the eager one; '-' unless exactly one
     of them is eager and both measured their first step and their steps."""
     backends = (first.get("backend"), this.get("backend"))

@@ -11,10 +11,11 @@ which are missing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Literal
 
 from .inputs import InputError, Job
+from .summary import JobSummary, Outcome, Throughput
 
 # The source the toolkit's job summary names (job_summary.py imports it from here): throughput from the batches the
 # host's own workers were handed, summed over them, so that the job's is the sum over its hosts. The other source, the
@@ -58,26 +59,27 @@ def _key(job: Job) -> Key | None:
 
 def merged(given: Sequence[Job]) -> Job:
     """One job from summaries of its hosts (the same job_name and hosts; each its own current_host)."""
-    hosts = list(dict.fromkeys(given[0].summary["hosts"]))
+    hosts = list(dict.fromkeys(given[0].summary.get("hosts") or []))
     by_host = {job.summary["current_host"]: job.summary for job in given}
     summaries = [by_host[host] for host in hosts if host in by_host]   # in the job's order of hosts
     missing = [host for host in hosts if host not in by_host]
     # What one process measured (the loss, optimizer steps, step times, compile) is rank 0's, on the leader.
     leader = by_host.get(hosts[0], given[0].summary)
-    summary = dict(leader)   # its nested objects are replaced, never changed: the inputs' stay as read
-    summary.update(
-        current_host=None, workers_on_this_host=None,
-        outcome=_outcome(summaries),
+    # The leader's, its nested objects replaced, never changed: the inputs' stay as read.
+    summary: JobSummary = {
+        **leader,
+        "current_host": None, "workers_on_this_host": None,
+        "outcome": _outcome(summaries),
         # The job ends when its last host does. (A partial job's times and memory are lower bounds; its label says.)
-        wall_seconds=_over(summaries, "wall_seconds", max),
+        "wall_seconds": _latest(summaries, "wall_seconds"),
         # The latest host's: with data parallelism, the job has made its first step when every host has (each
         # host's figure is its own first worker's), and a host that compiled longer (a cold cache) held all back.
-        first_step_seconds=_over(summaries, "first_step_seconds", max),
-        peak_memory_mb=_over(summaries, "peak_memory_mb", max),
-        throughput=_throughput(leader, summaries, len(hosts)),
-        processes=[process for s in summaries for process in s.get("processes") or []],
-        findings=sorted({f for s in summaries for f in s.get("findings") or []}),
-    )
+        "first_step_seconds": _latest(summaries, "first_step_seconds"),
+        "peak_memory_mb": _latest(summaries, "peak_memory_mb"),
+        "throughput": _throughput(leader, summaries, len(hosts)),
+        "processes": [process for s in summaries for process in s.get("processes") or []],
+        "findings": sorted({f for s in summaries for f in s.get("findings") or []}),
+    }
     if missing:
         named = ", ".join(missing[:MISSING_NAMED]) + (f" and {len(missing) - MISSING_NAMED} more"
                                                        if len(missing) > MISSING_NAMED else "")
@@ -88,38 +90,38 @@ def merged(given: Sequence[Job]) -> Job:
                hosts_given=hosts_given)
 
 
-def _over(summaries: Sequence[dict[str, Any]], field: str, pick: Callable[[list[Any]], Any]) -> Any:
-    values = [s[field] for s in summaries if s.get(field) is not None]
-    return pick(values) if values else None
+def _latest(summaries: Sequence[JobSummary], field: Literal["wall_seconds", "first_step_seconds",
+                                                             "peak_memory_mb"]) -> float | None:
+    """The largest of the hosts' figures (null where no host has one)."""
+    values = [value for s in summaries if (value := s.get(field)) is not None]
+    return max(values) if values else None
 
 
-def _outcome(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _outcome(summaries: Sequence[JobSummary]) -> Outcome:
     """Succeeded when every host did; the exit code and headline of the first host that failed, else the leader's."""
-    outcomes = [s.get("outcome") or {} for s in summaries]
+    outcomes = [s.get("outcome") or Outcome() for s in summaries]
     failed = [o for o in outcomes if o.get("exit_code") not in (0, None)]
     shown = (failed or outcomes)[0]
-    return {"exit_code": shown.get("exit_code"), "succeeded": all(o.get("succeeded") is True for o in outcomes),
-            "stopped": any(o.get("stopped") is True for o in outcomes), "headline": shown.get("headline")}
+    return Outcome(exit_code=shown.get("exit_code"), succeeded=all(o.get("succeeded") is True for o in outcomes),
+                   stopped=any(o.get("stopped") is True for o in outcomes), headline=shown.get("headline"))
 
 
-def _throughput(leader: dict[str, Any], summaries: Sequence[dict[str, Any]], hosts: int) -> dict[str, Any] | None:
+def _throughput(leader: JobSummary, summaries: Sequence[JobSummary], hosts: int) -> Throughput | None:
     """The job's throughput: the hosts' summed when each host's counts its own workers (only when every host of the
     job has one: a sum over some hosts is not the job's, and its ratio would read as a slowdown); else the leader's
     (the Trainer's rate counts the whole job already)."""
     throughput = leader.get("throughput")
     if not throughput or throughput.get("source") != BATCHES:
         return throughput
-    rates = [s.get("throughput") or {} for s in summaries]
-    result = dict(throughput)
+    rates = [s.get("throughput") or Throughput() for s in summaries]
     if len(summaries) < hosts:
         unsummed = f"only {len(summaries)} of {hosts} hosts given"
     elif any(r.get("source") != BATCHES or r.get("samples_per_second") is None for r in rates):
         unsummed = "not every host measured it"
     else:
-        tokens = [r["tokens_per_second"] for r in rates if r.get("tokens_per_second") is not None]
-        result.update(samples_per_second=sum(r["samples_per_second"] for r in rates),
-                      tokens_per_second=sum(tokens) if len(tokens) == len(rates) else None,
-                      source=f"{BATCHES}, all hosts")
-        return result
-    result.update(samples_per_second=None, tokens_per_second=None, source=f"{BATCHES}: not summed, {unsummed}")
-    return result
+        tokens = [t for r in rates if (t := r.get("tokens_per_second")) is not None]
+        return {**throughput, "samples_per_second": sum(r.get("samples_per_second") or 0.0 for r in rates),
+                "tokens_per_second": sum(tokens) if len(tokens) == len(rates) else None,
+                "source": f"{BATCHES}, all hosts"}
+    return {**throughput, "samples_per_second": None, "tokens_per_second": None,
+            "source": f"{BATCHES}: not summed, {unsummed}"}

@@ -11,9 +11,9 @@ import tempfile
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
-from .summary import FILE_NAME, MAX_BYTES, NotASummary, load, too_large
+from .summary import FILE_NAME, MAX_BYTES, JobSummary, NotASummary, load, too_large
 
 # s3:// reads give up after this many seconds without a connection or an answer, twice (botocore's defaults: 60 s,
 # 5 attempts, 3 minutes and more for an endpoint that drops packets).
@@ -42,7 +42,7 @@ class InputError(Exception):
 class Job:
     name: str                  # the job's name (its summary's, else the folder or file it came from)
     source: str                # the argument it came from (a job merged from its hosts: theirs, joined)
-    summary: dict[str, Any]
+    summary: JobSummary
     hosts_given: str = ""      # a job merged from its hosts' summaries (hosts.py): "all 2 hosts", "2 of 3 hosts: ..."
 
     @property

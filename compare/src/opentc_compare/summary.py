@@ -1,23 +1,12 @@
 """The job summary: what one job measured, in one JSON file (output/data/job-summary.json, so SageMaker keeps it
 in output.tar.gz). The toolkit writes it for every job, compiler on or off, finished, failed or stopped; this
-module is the one place its format and its one-line headline are defined.
+module is the one place its format (JobSummary, format "opentc-job-summary/1"), its check and its one-line
+headline are defined.
 
-    format               "opentc-job-summary/1"
-    job_name, outcome    {exit_code, succeeded, stopped, headline}
-    backend, device      eager | xla | inductor; cpu | cuda | tpu
-    workers, hosts       processes in all, and the hosts' names
-    versions             {torch, torch-xla, transformers, opentc}
-    wall_seconds         the job, start to end, on this host
-    first_step_seconds   from the job's start to the end of the first optimizer step (null: none)
-    optimizer_steps      rank 0's (the lowest rank this host ran)
-    step_seconds         {median, p90, measured_steps, warmup_steps}: between optimizer steps, warm-up excluded
-    throughput           {samples_per_second, tokens_per_second, source, trainer_samples_per_second, ...}
-    loss                 {source, points: [{step, loss}]}
-    peak_memory_mb       the highest of the workers'; per worker in `processes`
-    compile              {seconds, graphs_compiled, cache_hits} (null without a compiler)
-    findings             what the workers found wrong with the script, each once, then the compile reports' findings,
-                         one of each kind (host reads, graph breaks, ...) ([]: nothing)
-    processes            per worker process: rank, optimizer_steps, peak_memory_mb, peak_memory_kind, compile ...
+A summary holds the job's name and outcome, its backend, device, workers and hosts, the versions it ran, its wall
+time and when its first optimizer step ended, rank 0's optimizer steps and step times (warm-up left out), its
+throughput and where that was measured, its loss series, the highest peak memory of its workers, what it compiled,
+what was found wrong with the script or its compilation (each kind once), and each worker process's own record.
 """
 
 from __future__ import annotations
@@ -26,7 +15,8 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, TypedDict, Union, cast, get_args, get_origin, get_type_hints
 
 FORMAT = "opentc-job-summary/1"
 FILE_NAME = "job-summary.json"
@@ -37,6 +27,76 @@ MAX_BYTES = 16 * 2**20
 
 class NotASummary(ValueError):
     """A file that is not a job summary this version reads; the message says what it is instead."""
+
+
+# The format, defined once: the toolkit builds a JobSummary, and a file read here is checked against these types
+# (SCHEMA, made from them) before the table and the plot take its types for granted. Every field may be null, and
+# missing (total=False: a newer toolkit may add fields, and an older one lack some); a loss point has both of its.
+# Annotated[..., "words"] names a value for messages.
+class Outcome(TypedDict, total=False):
+    exit_code: int | None
+    succeeded: bool | None
+    stopped: bool | None
+    headline: str | None
+
+
+Versions = TypedDict("Versions", {"torch": str | None, "torch-xla": str | None, "transformers": str | None,
+                                  "opentc": str | None}, total=False)
+
+
+class StepSeconds(TypedDict, total=False):
+    median: float | None
+    p90: float | None
+    measured_steps: int | None
+    warmup_steps: int | None
+
+
+class Throughput(TypedDict, total=False):
+    samples_per_second: float | None
+    tokens_per_second: float | None
+    source: str | None
+    trainer_samples_per_second: float | None
+    trainer_tokens_per_second: float | None
+
+
+class LossPoint(TypedDict):
+    step: int | None
+    loss: float | None
+
+
+class Loss(TypedDict, total=False):
+    source: str | None
+    points: Annotated[list[LossPoint], "a list of loss points"] | None
+
+
+class Compiled(TypedDict, total=False):
+    seconds: float | None
+    graphs_compiled: int | None
+    cache_hits: int | None
+
+
+class JobSummary(TypedDict, total=False):
+    format: str
+    job_name: str | None
+    outcome: Outcome | None
+    backend: str | None
+    device: str | None
+    workers: int | None
+    workers_on_this_host: int | None
+    hosts: Annotated[list[str], "a list of host names"] | None
+    current_host: str | None
+    versions: Versions | None
+    wall_seconds: float | None
+    first_step_seconds: float | None
+    optimizer_steps: int | None
+    step_seconds: StepSeconds | None
+    throughput: Throughput | None
+    loss: Loss | None
+    peak_memory_mb: float | None
+    compile: Compiled | None
+    findings: Annotated[list[str], "a list of findings"] | None
+    # One worker process's figures each (the launcher's worker record): nothing here reads inside.
+    processes: Annotated[list[dict[str, Any]], "a list of objects, one per worker process"] | None
 
 
 @dataclass(frozen=True)
@@ -76,36 +136,32 @@ NUMBER = Kind("a number", lambda v: isinstance(v, (int, float)) and not isinstan
 WHOLE = Kind("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool) and _fits_a_float(v))
 TEXT = Kind("text", lambda v: isinstance(v, str))
 FLAG = Kind("true or false", lambda v: isinstance(v, bool))
+KINDS: dict[Any, Kind] = {float: NUMBER, int: WHOLE, str: TEXT, bool: FLAG}
 
-LOSS_POINT = Record('a loss point {"step": a whole number or null, "loss": a number or null}',
-                    {"step": WHOLE, "loss": NUMBER}, required=("step", "loss"))   # the table reads both
-PROCESS = Record("an object (one worker process's figures)")   # nothing here reads inside
 
-# The format's fields and what each may hold: the one place a summary from elsewhere is checked, so that the
-# table and the plot can take the types for granted.
-SCHEMA = Record("a job summary", {
-    "job_name": TEXT,
-    "outcome": Record("an object {exit_code, succeeded, stopped, headline}",
-                      {"exit_code": WHOLE, "succeeded": FLAG, "stopped": FLAG, "headline": TEXT}),
-    "backend": TEXT, "device": TEXT, "workers": WHOLE, "workers_on_this_host": WHOLE,
-    "hosts": ListOf("a list of host names", TEXT),
-    "current_host": TEXT,
-    "versions": Record("an object {torch, torch-xla, transformers, opentc}",
-                       dict.fromkeys(("torch", "torch-xla", "transformers", "opentc"), TEXT)),
-    "wall_seconds": NUMBER, "first_step_seconds": NUMBER, "optimizer_steps": WHOLE,
-    "step_seconds": Record("an object {median, p90, measured_steps, warmup_steps}",
-                           {"median": NUMBER, "p90": NUMBER, "measured_steps": WHOLE, "warmup_steps": WHOLE}),
-    "throughput": Record("an object {samples_per_second, tokens_per_second, source, ...}",
-                         {"samples_per_second": NUMBER, "tokens_per_second": NUMBER, "source": TEXT,
-                          "trainer_samples_per_second": NUMBER, "trainer_tokens_per_second": NUMBER}),
-    "loss": Record("an object {source, points}",
-                   {"source": TEXT, "points": ListOf("a list of loss points", LOSS_POINT)}),
-    "peak_memory_mb": NUMBER,
-    "compile": Record("an object {seconds, graphs_compiled, cache_hits}",
-                      {"seconds": NUMBER, "graphs_compiled": WHOLE, "cache_hits": WHOLE}),
-    "findings": ListOf("a list of findings", TEXT),
-    "processes": ListOf("a list of objects, one per worker process", PROCESS),
-})
+def shape_of(annotation: Any, name: str = "") -> Shape:
+    """The check for a value of a type of the format's: a kind for a plain type, a Record for a TypedDict (named by
+    its fields), a ListOf for a list; `name` (or an Annotated one) names it in messages. None in a union is left out:
+    every value may be null."""
+    if get_origin(annotation) is Annotated:
+        inner, *extras = get_args(annotation)
+        return shape_of(inner, name or extras[0])
+    if get_origin(annotation) in (Union, UnionType):
+        [inner] = [a for a in get_args(annotation) if a is not type(None)]
+        return shape_of(inner, name)
+    if annotation in KINDS:
+        return KINDS[annotation]
+    if get_origin(annotation) is list:
+        [item] = get_args(annotation)
+        return ListOf(name or "a list", shape_of(item))
+    if get_origin(annotation) is dict:
+        return Record(name or "an object")
+    hints = get_type_hints(annotation, include_extras=True)   # a TypedDict
+    return Record(name or "an object {" + ", ".join(hints) + "}", {key: shape_of(hint) for key, hint in hints.items()},
+                  required=tuple(key for key in hints if key in annotation.__required_keys__))
+
+
+SCHEMA = shape_of(JobSummary, "a job summary")
 
 
 class _Refused(ValueError):
@@ -123,7 +179,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def load(raw: bytes, where: str) -> dict[str, Any]:
+def load(raw: bytes, where: str) -> JobSummary:
     """The summary in `raw` (a file's bytes, at most MAX_BYTES), checked against the format; NotASummary naming
     `where` (the job argument) and what was wrong."""
     if len(raw) > MAX_BYTES:
@@ -147,7 +203,7 @@ def load(raw: bytes, where: str) -> dict[str, Any]:
     if data.get("format") != FORMAT:
         raise NotASummary(f"{where} is not a job summary of format {FORMAT} (its format: {_shown(data.get('format'))})")
     _check(data, SCHEMA, "", where, nullable=False)
-    return data
+    return cast(JobSummary, data)   # what the check has shown
 
 
 def too_large(where: str) -> NotASummary:
@@ -195,15 +251,14 @@ def _number(value: float | None, unit: str, digits: int = 1) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
-def headline(summary: dict[str, Any]) -> str:
+def headline(summary: JobSummary) -> str:
     """The job in one line, for the end of its log."""
-    steps = summary.get("step_seconds") or {}
-    throughput = summary.get("throughput") or {}
+    steps = summary.get("step_seconds") or StepSeconds()
+    throughput = summary.get("throughput") or Throughput()
     compile_ = summary.get("compile")
     parts = [f"{summary.get('backend')} on {summary.get('device')}, {summary.get('workers')} worker(s)",
              f"{summary.get('optimizer_steps', 0)} optimizer steps",
-             f"median step {_number(steps.get('median') and steps['median'] * 1000, ' ms')} "
-             f"(p90 {_number(steps.get('p90') and steps['p90'] * 1000, ' ms')})"]
+             f"median step {_number(_ms(steps.get('median')), ' ms')} (p90 {_number(_ms(steps.get('p90')), ' ms')})"]
     if throughput.get("samples_per_second") is not None:
         parts.append(f"{_number(throughput['samples_per_second'], ' samples/s')}"
                      + (f", {_number(throughput['tokens_per_second'], ' tokens/s', 0)}"
@@ -215,10 +270,14 @@ def headline(summary: dict[str, Any]) -> str:
         parts.append(f"compile {_number(compile_.get('seconds'), ' s')} "
                      f"({compile_.get('graphs_compiled', 0)} graph(s) compiled, {compile_.get('cache_hits', 0)} "
                      f"from the cache)")
-    losses = (summary.get("loss") or {}).get("points") or []
+    losses = (summary.get("loss") or Loss()).get("points") or []
     if losses:
         parts.append(f"loss {_loss(losses[0]['loss'])} -> {_loss(losses[-1]['loss'])}")
     return "; ".join(parts)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def _loss(value: float | None) -> str:

@@ -8,12 +8,13 @@ from typing import Any
 
 from .economics import break_even, cost, saving
 from .inputs import Job
+from .summary import JobSummary
 
-Getter = Callable[[dict[str, Any]], Any]
+Getter = Callable[[JobSummary], Any]
 
 
 def _get(*keys: str) -> Getter:
-    def get(summary: dict[str, Any]) -> Any:
+    def get(summary: JobSummary) -> Any:
         value: Any = summary
         for key in keys:
             value = value.get(key) if isinstance(value, dict) else None
@@ -42,7 +43,7 @@ def _ratio(first: float | None, this: float | None, faster_when_lower: bool) -> 
     return f"{(first / this if faster_when_lower else this / first):.2f}x"
 
 
-def _outcome(summary: dict[str, Any]) -> str:
+def _outcome(summary: JobSummary) -> str:
     outcome = summary.get("outcome") or {}
     if outcome.get("succeeded"):
         return "succeeded"
@@ -50,7 +51,7 @@ def _outcome(summary: dict[str, Any]) -> str:
     return f"{'stopped' if outcome.get('stopped') else 'failed'} (exit code {'unknown' if code is None else code})"
 
 
-def _workers(summary: dict[str, Any]) -> str | None:
+def _workers(summary: JobSummary) -> str | None:
     """"2 (1)": the job's worker processes and its hosts, each "-" when the summary does not say."""
     workers, hosts = summary.get("workers"), len(summary.get("hosts") or [])
     if workers is None and not hosts:
@@ -58,7 +59,7 @@ def _workers(summary: dict[str, Any]) -> str | None:
     return f"{'-' if workers is None else workers} ({hosts or '-'})"
 
 
-def _final_loss(summary: dict[str, Any]) -> Any:
+def _final_loss(summary: JobSummary) -> Any:
     points = _get("loss", "points")(summary) or []
     return points[-1]["loss"] if points else None
 

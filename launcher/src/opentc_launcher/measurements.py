@@ -8,14 +8,13 @@
   Scripts that do not use a DataLoader have no throughput here (the Trainer's own figure may still be known).
 - Peak memory: the backend's (CUDA's allocator, XLA's runtime on a GPU), else the process's peak resident memory.
 
-Written at the end to <summary dir>/worker-<process>.json; the toolkit puts the workers' records together.
+Written at the end as the worker's record (worker_record.py); the toolkit puts the workers' records together.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import resource
 import statistics
 import sys
@@ -26,9 +25,9 @@ from types import ModuleType
 from typing import Any
 
 from .after_import import when_imported
-from .files import write_json
 from .replace import replace_once
 from .steps import StepCounter
+from .worker_record import Rates, StepTimes
 
 log = logging.getLogger("opentc_launcher")
 
@@ -61,7 +60,7 @@ class BatchWatch:
             self.samples.append(samples)
             self.tokens.append(samples * int(tensor.shape[1]) if ids else 0)
 
-    def rates(self, start: float, end: float) -> dict[str, float | None] | None:
+    def rates(self, start: float, end: float) -> Rates | None:
         """Samples and tokens per second handed out between two moments (time.monotonic()); None without batches."""
         if end <= start:
             return None
@@ -71,8 +70,8 @@ class BatchWatch:
             tokens = sum(self.tokens[i] for i in chosen)
         if not chosen:
             return None
-        return {"samples_per_second": samples / (end - start),
-                "tokens_per_second": tokens / (end - start) if tokens else None}
+        return Rates(samples_per_second=samples / (end - start),
+                     tokens_per_second=tokens / (end - start) if tokens else None)
 
 
 _current: BatchWatch | None = None
@@ -125,26 +124,15 @@ def cuda_peak_memory_mb() -> float | None:
     return None
 
 
-def step_statistics(steps: StepCounter, warmup: int) -> dict[str, Any]:
+def step_statistics(steps: StepCounter, warmup: int) -> StepTimes:
     """Seconds between optimizer steps once warm: the first `warmup` steps are left out (all but the first when
     the job had too few)."""
     ends = steps.step_ends
     skip = warmup if len(ends) > warmup + 1 else min(1, len(ends))
     durations = [ends[i] - ends[i - 1] for i in range(max(skip, 1), len(ends))]
-    stats: dict[str, Any] = {"measured_steps": len(durations), "warmup_steps": skip, "median": None, "p90": None}
+    stats = StepTimes(measured_steps=len(durations), warmup_steps=skip, median=None, p90=None)
     if durations:
         stats["median"] = statistics.median(durations)
         stats["p90"] = statistics.quantiles(durations, n=10, method="inclusive")[-1] if len(durations) > 1 \
             else durations[0]
     return stats
-
-
-def write_record(folder: str, process: str, record: dict[str, Any]) -> None:
-    """worker-<process>.json in `folder`; a failure is logged, never raised."""
-    if not folder:
-        return
-    path = os.path.join(folder, f"worker-{process}.json")
-    try:
-        write_json(path, record)
-    except OSError as e:
-        log.warning("%s: could not write its measurements to %s: %s", process, path, e)

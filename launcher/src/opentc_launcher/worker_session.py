@@ -18,11 +18,12 @@ from .failure_records import record_error
 from .identity import WorkerIdentity
 from .idle_optimizer import IdleOptimizerCheck
 from .ignored_fp16 import IgnoredFp16Check
-from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics, write_record
+from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics
 from .options import WorkerOptions
 from .script_findings import ScriptFindings
 from .steps import StepCounter
 from .uneven_shards import UnevenShardsCheck
+from .worker_record import CompiledFigures, CompileFinding, WorkerRecord, write_record
 
 log = logging.getLogger("opentc_launcher")
 
@@ -76,7 +77,7 @@ class WorkerSession:
         if report is not None:
             log_report(report, write_compile_report(report, self.options.compile_report_dir))
         if self.options.summary_dir:
-            write_record(self.options.summary_dir, self.process, self.measurements(exit_code, report))
+            write_record(self.options.summary_dir, self.measurements(exit_code, report))
 
     def stop_at_compilation_limit(self, message: str, build_report: Callable[[int], CompileReport]) -> NoReturn:
         """Stop this worker now, with the compile report and the reason, from whichever thread saw the limit
@@ -90,7 +91,7 @@ class WorkerSession:
         sys.stderr.flush()
         os._exit(exit_codes.COMPILATION_LIMIT)   # the main thread may be inside a compilation: do not wait
 
-    def measurements(self, exit_code: int, report: CompileReport | None) -> dict:
+    def measurements(self, exit_code: int, report: CompileReport | None) -> WorkerRecord:
         steps = self.steps
         stats = step_statistics(steps, self.options.warmup_steps)
         ends = steps.step_ends
@@ -99,17 +100,17 @@ class WorkerSession:
             start = ends[stats["warmup_steps"] - 1] if stats["warmup_steps"] else ends[0]
             throughput = self.batches.rates(start, ends[-1])
         memory, kind = self.peak_memory()
-        return {
-            "process": self.process, "rank": self.identity.rank, "world_size": self.identity.world_size,
-            "backend": self.options.backend, "device": self.options.device, "exit_code": exit_code,
-            "optimizer_steps": steps.steps,
-            "first_step_at": steps.wall_clock(ends[0]) if len(ends) else None,
-            "step_seconds": stats, "throughput": throughput,
-            "peak_memory_mb": round(memory, 1), "peak_memory_kind": kind,
-            "compile": None if report is None else {
-                "seconds": report.compile_seconds_total, "graphs_compiled": report.graphs_compiled,
-                "cache_hits": report.persistent_cache.get("hits", 0)},
-            "findings": list(self.findings.found),
+        return WorkerRecord(
+            process=self.process, rank=self.identity.rank, world_size=self.identity.world_size,
+            backend=self.options.backend, device=self.options.device, exit_code=exit_code,
+            optimizer_steps=steps.steps,
+            first_step_at=steps.wall_clock(ends[0]) if len(ends) else None,
+            step_seconds=stats, throughput=throughput,
+            peak_memory_mb=round(memory, 1), peak_memory_kind=kind,
+            compile=None if report is None else CompiledFigures(
+                seconds=report.compile_seconds_total, graphs_compiled=report.graphs_compiled,
+                cache_hits=report.persistent_cache.get("hits", 0)),
+            findings=list(self.findings.found),
             # the compile report's findings, each with its kind: the job summary keeps one of each kind
-            "compile_findings": [{"kind": f.kind, "text": f.text()} for f in report.findings] if report else [],
-        }
+            compile_findings=[CompileFinding(kind=f.kind, text=f.text()) for f in report.findings] if report else [],
+        )

@@ -10,19 +10,27 @@ reason for a job to fail: anything that goes wrong here is logged and the job's 
 
 from __future__ import annotations
 
-import glob
-import json
 import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from opentc_compare.hosts import BATCHES
-from opentc_compare.summary import FILE_NAME, FORMAT, headline
+from opentc_compare.summary import (
+    FILE_NAME,
+    FORMAT,
+    Compiled,
+    JobSummary,
+    StepSeconds,
+    Throughput,
+    Versions,
+    headline,
+)
+from opentc_compare.summary import Outcome as JobOutcome
 from opentc_launcher.files import write_json
 from opentc_launcher.installed import version
 from opentc_launcher.published_cache import WorkingCopy
+from opentc_launcher.worker_record import WorkerRecord, read_records
 
 from .compiler import JobSettings
 from .job import JobPaths, TrainingJob
@@ -36,7 +44,6 @@ log = logging.getLogger(__name__)
 # (BATCHES, the words opentc-compare sums hosts by), else the Trainer's own train_samples_per_second, over its whole
 # run (compilation included).
 TRAINER_RATE = "the Trainer's train_samples_per_second, whole run"
-VERSIONED = {"torch": "torch", "torch-xla": "torch-xla", "transformers": "transformers", "opentc": "opentc-toolkit"}
 
 
 @dataclass
@@ -51,33 +58,25 @@ class JobRecorder:
     cache: WorkingCopy | None = None     # the working copy of the compilation cache, when the backend uses one
 
 
-def _records(folder: str) -> list[dict[str, Any]]:
-    found = []
-    for path in sorted(glob.glob(os.path.join(folder, "worker-*.json"))):
-        try:
-            with open(path, encoding="utf-8") as f:
-                found.append(json.load(f))
-        except (OSError, ValueError) as e:
-            log.warning("job summary: %s could not be read (%s)", path, e)
-    return sorted(found, key=lambda r: (r.get("rank", 0), r.get("process", "")))
-
-
-def _throughput(records: list[dict[str, Any]], trainer: dict[str, float]) -> dict[str, Any]:
-    rates = [r["throughput"] for r in records if r.get("throughput")]
-    result: dict[str, Any] = {"samples_per_second": None, "tokens_per_second": None, "source": None,
-                              "trainer_samples_per_second": trainer.get("train_samples_per_second"),
-                              "trainer_tokens_per_second": trainer.get("train_tokens_per_second")}
+def _throughput(records: list[WorkerRecord], trainer: dict[str, float]) -> Throughput:
+    rates = [rate for r in records if (rate := r.get("throughput"))]
+    trainer_samples = trainer.get("train_samples_per_second")
+    result = Throughput(samples_per_second=None, tokens_per_second=None, source=None,
+                        trainer_samples_per_second=trainer_samples,
+                        trainer_tokens_per_second=trainer.get("train_tokens_per_second"))
     if rates:   # data parallel: the host's workers together
-        tokens = [r["tokens_per_second"] for r in rates if r.get("tokens_per_second")]
-        result.update(samples_per_second=sum(r["samples_per_second"] for r in rates),
-                      tokens_per_second=sum(tokens) if tokens else None, source=BATCHES)
-    elif trainer.get("train_samples_per_second") is not None:
-        result.update(samples_per_second=trainer["train_samples_per_second"],
-                      tokens_per_second=trainer.get("train_tokens_per_second"), source=TRAINER_RATE)
+        tokens = [t for r in rates if (t := r.get("tokens_per_second"))]
+        result["samples_per_second"] = sum(r["samples_per_second"] for r in rates)
+        result["tokens_per_second"] = sum(tokens) if tokens else None
+        result["source"] = BATCHES
+    elif trainer_samples is not None:
+        result["samples_per_second"] = trainer_samples
+        result["tokens_per_second"] = trainer.get("train_tokens_per_second")
+        result["source"] = TRAINER_RATE
     return result
 
 
-def findings(records: list[dict[str, Any]]) -> list[str]:
+def findings(records: list[WorkerRecord]) -> list[str]:
     """What the workers found wrong with the script (an optimizer that trains nothing), each once, then what their
     compile reports found (host reads, graph breaks, recompilation, CPU fallbacks), one of each kind: the lowest
     rank's, which says where."""
@@ -90,39 +89,55 @@ def findings(records: list[dict[str, Any]]) -> list[str]:
     return script + list(compiled.values())
 
 
-def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> dict[str, Any]:
+def _step_seconds(record: WorkerRecord | None) -> StepSeconds:
+    times = record.get("step_seconds") if record else None
+    if not times:
+        return StepSeconds(median=None, p90=None, measured_steps=0)
+    return StepSeconds(median=times.get("median"), p90=times.get("p90"), measured_steps=times.get("measured_steps"),
+                       warmup_steps=times.get("warmup_steps"))
+
+
+def _compiled(record: WorkerRecord | None) -> Compiled | None:
+    figures = record.get("compile") if record else None
+    if not figures:
+        return None
+    return Compiled(seconds=figures.get("seconds"), graphs_compiled=figures.get("graphs_compiled"),
+                    cache_hits=figures.get("cache_hits"))
+
+
+def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> JobSummary:
     job, settings, plan = recorder.job, recorder.settings, recorder.plan
-    records = _records(plan.options.summary_dir) if plan and plan.options.summary_dir else []
-    first = records[0] if records else {}
-    first_steps = [r["first_step_at"] for r in records if r.get("first_step_at")]
-    memory = [r["peak_memory_mb"] for r in records if r.get("peak_memory_mb") is not None]
-    return {
-        "format": FORMAT,
-        "job_name": (job.job_name if job else None) or os.path.basename(os.path.normpath(paths.base)),
-        "outcome": {"exit_code": outcome.exit_code, "succeeded": outcome.succeeded,
-                    "stopped": outcome.stopped,
-                    "headline": outcome.message.split("\n", 1)[0] or None},
-        "backend": settings.backend_name if settings else None,
-        "device": plan.options.device if plan else None,
-        "workers": plan.world.size if plan else None,
-        "workers_on_this_host": plan.world.workers_per_host if plan else None,
-        "hosts": list(job.hosts) if job else [],
-        "current_host": job.current_host if job else None,
-        "versions": {name: version(dist) for name, dist in VERSIONED.items()},
-        "wall_seconds": round(time.time() - recorder.started, 3),
-        "first_step_seconds": round(min(first_steps) - recorder.started, 3) if first_steps else None,
-        "optimizer_steps": first.get("optimizer_steps", 0),
-        "step_seconds": first.get("step_seconds") or {"median": None, "p90": None, "measured_steps": 0},
-        "throughput": _throughput(records, recorder.lines.trainer_rates()),
-        "loss": recorder.lines.loss(),
-        "peak_memory_mb": max(memory) if memory else None,
-        "compile": first.get("compile"),
-        "findings": findings(records),
-        "processes": records,
-    }
+    records = read_records(plan.options.summary_dir) if plan and plan.options.summary_dir else []
+    first = records[0] if records else None
+    first_steps = [at for r in records if (at := r.get("first_step_at"))]
+    memory = [mb for r in records if (mb := r.get("peak_memory_mb")) is not None]
+    return JobSummary(
+        format=FORMAT,
+        job_name=(job.job_name if job else None) or os.path.basename(os.path.normpath(paths.base)),
+        outcome=JobOutcome(exit_code=outcome.exit_code, succeeded=outcome.succeeded, stopped=outcome.stopped,
+                           headline=outcome.message.split("\n", 1)[0] or None),
+        backend=settings.backend_name if settings else None,
+        device=plan.options.device if plan else None,
+        workers=plan.world.size if plan else None,
+        workers_on_this_host=plan.world.workers_per_host if plan else None,
+        hosts=list(job.hosts) if job else [],
+        current_host=job.current_host if job else None,
+        versions=Versions({"torch": version("torch"), "torch-xla": version("torch-xla"),
+                           "transformers": version("transformers"), "opentc": version("opentc-toolkit")}),
+        wall_seconds=round(time.time() - recorder.started, 3),
+        first_step_seconds=round(min(first_steps) - recorder.started, 3) if first_steps else None,
+        optimizer_steps=first.get("optimizer_steps", 0) if first else 0,
+        step_seconds=_step_seconds(first),
+        throughput=_throughput(records, recorder.lines.trainer_rates()),
+        loss=recorder.lines.loss(),
+        peak_memory_mb=max(memory) if memory else None,
+        compile=_compiled(first),
+        findings=findings(records),
+        processes=[dict(record) for record in records],
+    )
 
 
-def write_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> dict[str, Any] | None:
+def write_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> JobSummary | None:
     """output/data/job-summary.json and its headline in the log. Never raises."""
     try:
         summary = build_summary(paths, recorder, outcome)

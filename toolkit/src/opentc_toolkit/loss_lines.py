@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 import re
 import threading
-from typing import Any
+
+from opentc_compare.summary import Loss, LossPoint
 
 MAX_POINTS = 10_000
 MAX_LINE_CHARS = 16_384   # a loss line is short; what a line holds past this is not read
@@ -75,13 +76,13 @@ class LossLines:
             elif len(self._in_order) < MAX_POINTS:
                 self._in_order.append(value)
 
-    def loss(self) -> dict[str, Any]:
+    def loss(self) -> Loss:
         with self._lock:
             series = sorted(self._stepped.items()) if self._stepped else list(enumerate(self._in_order))
             source = " and ".join(sorted(self._sources)) if self._sources else None
-        points = [{"step": step, "loss": value if value == value and abs(value) != float("inf") else None}
+        points = [LossPoint(step=step, loss=value if value == value and abs(value) != float("inf") else None)
                   for step, value in series]
-        return {"source": source, "points": points}
+        return Loss(source=source, points=points)
 
     def trainer_rates(self) -> dict[str, float]:
         with self._lock:

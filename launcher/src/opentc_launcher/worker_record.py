@@ -1,0 +1,87 @@
+"""What one worker measured, as it leaves it for the job summary: <summary dir>/worker-<process>.json. The one
+definition of the record, for the worker that writes it (worker_session) and the front end that reads it (the
+SageMaker toolkit's job summary)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+from typing import TypedDict
+
+from .files import write_json
+
+log = logging.getLogger("opentc_launcher")
+
+
+class StepTimes(TypedDict):
+    """Seconds between optimizer steps once warm (measurements.step_statistics)."""
+
+    measured_steps: int
+    warmup_steps: int     # the steps left out: the warm-up asked for, or all but the first when there were too few
+    median: float | None
+    p90: float | None
+
+
+class Rates(TypedDict):
+    """What the worker's DataLoaders handed out per second after warm-up (measurements.BatchWatch)."""
+
+    samples_per_second: float
+    tokens_per_second: float | None   # None: no batch of integer ids
+
+
+class CompiledFigures(TypedDict):
+    seconds: float | None
+    graphs_compiled: int | None
+    cache_hits: int
+
+
+class CompileFinding(TypedDict):
+    kind: str   # a job summary keeps one of each kind (compile_report)
+    text: str
+
+
+class WorkerRecord(TypedDict):
+    process: str                  # rank<N>, or rank<N>-spawned<K>
+    rank: int
+    world_size: int
+    backend: str
+    device: str
+    exit_code: int
+    optimizer_steps: int
+    first_step_at: float | None   # time.time() at the end of its first optimizer step
+    step_seconds: StepTimes
+    throughput: Rates | None
+    peak_memory_mb: float
+    peak_memory_kind: str         # what measured it
+    compile: CompiledFigures | None   # None: a backend that compiles nothing
+    findings: list[str]           # what the worker found wrong with the script
+    compile_findings: list[CompileFinding]
+
+
+def record_path(folder: str, process: str) -> str:
+    return os.path.join(folder, f"worker-{process}.json")
+
+
+def write_record(folder: str, record: WorkerRecord) -> None:
+    """The record in `folder`; a failure is logged, never raised."""
+    if not folder:
+        return
+    path = record_path(folder, record["process"])
+    try:
+        write_json(path, record)
+    except OSError as e:
+        log.warning("%s: could not write its measurements to %s: %s", record["process"], path, e)
+
+
+def read_records(folder: str) -> list[WorkerRecord]:
+    """Every worker's record in `folder`, by rank; one that cannot be read is logged and left out."""
+    found = []
+    for path in sorted(glob.glob(record_path(folder, "*"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                found.append(json.load(f))
+        except (OSError, ValueError) as e:
+            log.warning("job summary: %s could not be read (%s)", path, e)
+    return sorted(found, key=lambda r: (r.get("rank", 0), r.get("process", "")))
