@@ -2,28 +2,36 @@
 subset (dev/test-fast) selects by markers pytest knows."""
 
 import configparser
+import os
 import re
+import subprocess
+import sys
 
+import pytest
 import yaml
 
 from conftest import REPO
 
+DEV_SCRIPTS = sorted(p.name for p in (REPO / "dev").iterdir() if p.is_file() and os.access(p, os.X_OK))
 
-def dev_test_checks(script: str) -> set[str]:
-    """The lint and type-check commands a dev script runs."""
-    text = (REPO / "dev" / script).read_text()
-    return {line.strip() for line in text.splitlines() if line.startswith((".venv/bin/ruff", ".venv/bin/mypy"))}
+
+def lint_checks() -> set[str]:
+    """The lint and type-check commands of dev/lib.sh's `lint`, which every check runs."""
+    text = (REPO / "dev" / "lib.sh").read_text()
+    body = re.search(r"^lint\(\) \{\n(.*?)^\}", text, re.M | re.S)[1]
+    return {line.strip() for line in body.splitlines() if line.strip()}
 
 
 def test_pre_commit_runs_what_dev_test_runs():
     hooks = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
     entries = {hook["entry"] for hook in hooks}
-    assert dev_test_checks("test") <= entries
+    assert lint_checks() and lint_checks() <= entries
     assert all(hook["language"] == "system" and hook["entry"].startswith(".venv/bin/") for hook in hooks)
 
 
 def test_the_fast_subset_runs_the_same_checks_and_selects_known_markers():
-    assert dev_test_checks("test-fast") == dev_test_checks("test")
+    for script in ("test", "test-fast"):
+        assert re.search(r"^lint$", (REPO / "dev" / script).read_text(), re.M), script
     config = configparser.ConfigParser()
     config.read(REPO / "pytest.ini")
     known = {line.split(":")[0].strip() for line in config["pytest"]["markers"].splitlines() if line.strip()}
@@ -36,11 +44,11 @@ def test_run_sample_refuses_a_name_that_is_not_one_plain_folder_before_removing_
     """Issue 31 H: the README's first command empties .work/<name>; a name that climbs out of .work/ (or names all of
     it) is refused with exit 2, and nothing is removed or copied."""
     import shutil
-    import subprocess
 
     repo = tmp_path / "repo"   # a copy of what the script touches, so that nothing real is at stake if it fails
     (repo / "dev").mkdir(parents=True)
-    shutil.copy(REPO / "dev" / "run-sample", repo / "dev" / "run-sample")
+    for script in ("run-sample", "lib.sh"):
+        shutil.copy(REPO / "dev" / script, repo / "dev" / script)
     (repo / "sample").mkdir()
     (repo / "sample" / "keep").write_text("the repository's sample")
     (repo / ".work" / "kept-run").mkdir(parents=True)
@@ -57,3 +65,24 @@ def test_run_sample_refuses_a_name_that_is_not_one_plain_folder_before_removing_
     assert (repo / "sample" / "keep").exists() and (repo / ".work" / "kept-run").exists()
     assert (tmp_path / "beside" / "keep").exists() and sorted(p.name for p in (repo / ".work").iterdir()) == [
         "kept-run"]
+
+
+def test_there_are_dev_scripts_to_check():
+    assert {"setup", "test", "test-fast", "run-sample", "gpu-kit", "flavour"} <= set(DEV_SCRIPTS)
+
+
+@pytest.mark.parametrize("script", DEV_SCRIPTS)
+def test_every_dev_script_says_how_it_is_used_and_does_nothing_else(script, tmp_path):
+    """`dev/<script> --help` prints its usage and exits 0, without installing, building or starting anything: PATH
+    holds no pip, docker or apt to reach for."""
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": "/nowhere/python"}
+    (tmp_path / "python3").symlink_to(sys.executable)   # the Python scripts' interpreter; no other
+    for tool in ("pip", "pip3", "docker", "apt-get", "dockerd"):
+        (tmp_path / tool).write_text("#!/bin/sh\necho called >&2\nexit 97\n")
+        (tmp_path / tool).chmod(0o755)
+    before = sorted(str(p.relative_to(REPO)) for p in REPO.glob(".work/*"))
+    done = subprocess.run([str(REPO / "dev" / script), "--help"], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert f"dev/{script}" in done.stdout and "called" not in done.stderr, (done.stdout, done.stderr)
+    assert sorted(str(p.relative_to(REPO)) for p in REPO.glob(".work/*")) == before
