@@ -36,11 +36,11 @@ CHOICE, FLAG, WHOLE, NUMBER, NAMES, TEXT, BACKEND = "choice", "flag", "whole", "
 class AsSetting:
     """A worker option that a front end's job sets by a setting of its own named after the option (the SageMaker
     toolkit: a hyperparameter, which it reads, checks and hands to the workers from this declaration alone), and
-    what a table of those settings says of it: the default as the table writes it, and what the setting does (markdown;
-    `{defaults}` stands for the names of every backend's compile-time defaults)."""
+    what a table of those settings says of it: what the setting does (markdown; `{defaults}` stands for the names of
+    every backend's compile-time defaults), and a few words on what the option's default means, if any."""
 
-    default: str
     doc: str
+    default_means: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class WorkerOptions:
         DEFAULT_CPU_MULTI_WORKER, kind=CHOICE, choices=CPU_MULTI_WORKER_POLICIES,
         help="several XLA:CPU workers cannot all-reduce across processes: refuse to start (default) or run them as "
              "unsynchronised replicas with a loud warning",
-        setting=AsSetting('`"refuse"`', 'XLA only: several XLA:CPU workers (see [Several workers on XLA:CPU]'
+        setting=AsSetting('XLA only: several XLA:CPU workers (see [Several workers on XLA:CPU]'
                           '(distribution.md#several-workers-on-xlacpu)): `"refuse"` or `"unsynchronized"`. Inductor '
                           'workers on CPUs use gloo and need nothing'))
     compile_report_dir: str = _option("", metavar="DIR", help="write each worker's compile report (JSON) into DIR")
@@ -94,13 +94,13 @@ class WorkerOptions:
         0, kind=WHOLE, metavar="N",
         help="stop with an error once a worker has compiled more than N graphs (inductor: captured by Dynamo, cached "
              "or not; 0: no limit)",
-        setting=AsSetting("`0` (no limit)", "stop a worker that has compiled more graphs than this (XLA: graphs "
-                          "compiled; Inductor: graphs Dynamo captured, from the cache or not)"))
+        setting=AsSetting("stop a worker that has compiled more graphs than this (XLA: graphs "
+                          "compiled; Inductor: graphs Dynamo captured, from the cache or not)", "no limit"))
     warmup_steps: int = _option(
         5, kind=WHOLE, metavar="N",
         help="the first N optimizer steps are warm-up: left out of the step times and throughput measured for a job "
              "summary, and graphs compiled after them are reported as recompilations",
-        setting=AsSetting("`5`", "the first optimizer steps, counted as warm-up, for every backend and with the "
+        setting=AsSetting("the first optimizer steps, counted as warm-up, for every backend and with the "
                           "compiler off: the job summary's step times and throughput leave them out, and a graph "
                           "compiled after them is reported as a recompilation. Raise it for a job that compiles for "
                           "longer (an evaluation, new shapes); give the jobs you compare the same value"))
@@ -108,7 +108,7 @@ class WorkerOptions:
         True, kind=FLAG, metavar="true|false",
         help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads every step, "
              "saving, tied weights: xla/library_patches.py); false: run them as installed",
-        setting=AsSetting("`true`", "XLA only: the version-guarded fixes for libraries that mishandle XLA tensors: "
+        setting=AsSetting("XLA only: the version-guarded fixes for libraries that mishandle XLA tensors: "
                           "host reads every step, saving (see [Hugging Face libraries on XLA]"
                           "(compilers.md#hugging-face-libraries-on-xla)); `false` runs the libraries exactly as "
                           "installed"))
@@ -124,11 +124,11 @@ class WorkerOptions:
         "", kind=NAMES, metavar="NAMES",
         help="leave these compile-time defaults of the backend off: comma-separated names ({declared}), or "
              f"{ALL_DEFAULTS}",
-        setting=AsSetting('`""` (every default on)', 'Inductor only: the compile-time defaults to leave off, by '
+        setting=AsSetting('Inductor only: the compile-time defaults to leave off, by '
                           'name, comma-separated (`"regional,vec_isa"`), or `"all"`: {defaults} ([what each does '
                           'and saves](compile-time.md)). A name no backend has stops the job, whatever the compiler '
                           'and with the compiler off (exit code 2, naming those accepted); on XLA or with the '
-                          'compiler off the names leave nothing off (logged)'))
+                          'compiler off the names leave nothing off (logged)', "every default on"))
 
     def gpus(self) -> int:
         """The GPU count handed down, else this process's own."""

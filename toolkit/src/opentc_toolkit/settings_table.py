@@ -8,6 +8,7 @@ tests/test_docs.py checks that the page holds exactly these rows.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -21,10 +22,12 @@ def worker_setting_rows() -> list[str]:
     """One table row per worker setting, in the order WorkerOptions declares them."""
     defaults = ", ".join(f"`{name}`" for name in DEFAULT_NAMES)
     rows = []
-    for name, declared, _ in settable_options():
-        assert declared.setting is not None   # settable_options' promise
-        doc = declared.setting.doc.replace("{defaults}", defaults)
-        rows.append(f"| `{WORKER_SETTINGS[name]}` | {declared.setting.default} | {doc} |")
+    for name, declared, default in settable_options():
+        setting = declared.setting
+        assert setting is not None   # settable_options' promise
+        means = f" ({setting.default_means})" if setting.default_means else ""
+        rows.append(f"| `{WORKER_SETTINGS[name]}` | `{json.dumps(default)}`{means} | "
+                    f"{setting.doc.replace('{defaults}', defaults)} |")
     return rows
 
 
