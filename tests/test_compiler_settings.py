@@ -225,6 +225,7 @@ def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
     ("abc", '"abc"'), (3, "3"), (True, "true"), (None, "null"), (["a"], '["a"]'), ("café", '"café"'),
     ("\udcff", '"\\udcff"'),                                                    # not UTF-8: escaped, never raised
     ("7" * 5000, '"' + "7" * 39 + "... (5000 characters)"),                    # what is accepted stays in view
+    pytest.param(10 ** 5000, "(a number too large to show)", id="past-the-int-to-text-limit"),
 ])
 def test_a_hyperparameters_value_is_quoted_as_json_the_way_the_sdk_writes_it(value, expected):
     from opentc_toolkit.quoted import quoted
