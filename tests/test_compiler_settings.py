@@ -35,7 +35,7 @@ def test_accepted_values(raw, expected):
 
 @pytest.mark.parametrize(("key", "raw", "shown"), [
     (ENABLED, "yes", '"yes"'), (ENABLED, "1", "1"), (DEBUG, "maybe", '"maybe"'), (MULTI, "0", "0"),
-    (ENABLED, "", '""'), (MULTI, "[true]", "[true]"), (LIBRARY_PATCHES, "off", '"off"'),   # as JSON, as written
+    (ENABLED, "", '""'), (MULTI, "[true]", "[true]"), (LIBRARY_PATCHES, "off", '"off"'), (MULTI, '"on"', '"on"'),
 ])
 def test_rejected_values_name_key_value_and_accepted(key, raw, shown):
     with pytest.raises(BadInput) as err:

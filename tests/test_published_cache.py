@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import wait_for
 from opentc_launcher.published_cache import MANIFEST, PUBLISHING, WorkingCopy
 
@@ -162,3 +164,35 @@ def test_the_claim_of_a_publication_costs_a_warm_job_nothing_it_can_measure(tmp_
     print(f"\npublish {publish_seconds:.2f} s ({said}); warm open {time.monotonic() - started:.2f} s ({opened})")
     assert said.startswith("published 2000 files") and opened.startswith("warm: 2000 files")
     assert sorted(os.listdir(published.parent)) == [".opentc-publish.lock", "inductor"]   # nothing staged left
+
+
+def damage_truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+
+
+def damage_same_size(path: Path) -> None:   # a bad sync: the size the manifest lists, other bytes
+    path.write_bytes(b"x" * path.stat().st_size)
+
+
+def damage_remove(path: Path) -> None:
+    path.unlink()
+
+
+@pytest.mark.parametrize("damage", [damage_truncate, damage_same_size, damage_remove],
+                         ids=["truncated", "other bytes, same size", "missing"])
+def test_a_published_file_that_is_not_what_its_manifest_says_sets_the_cache_aside(tmp_path, damage):
+    """Each kind of damage a stop, a sync or a stray edit leaves is found by the manifest's size and SHA-256, whatever
+    the file is (tests/test_inductor_cache.py damages a real kernel library in a real job); the job starts cold."""
+    published, working = tmp_path / "cache" / "inductor", tmp_path / "a-working"
+    fill(working, files=20)
+    first = WorkingCopy(published=str(published), working=str(working))
+    first.open()
+    first.publish()
+    victim = published / "sub3" / "entry3.bin"
+    damage(victim)
+    said = WorkingCopy(published=str(published), working=str(tmp_path / "b-working")).open()
+    assert said.startswith(f"set aside: {published} cannot be used, sub3/entry3.bin is "), said
+    assert "compiling from nothing" in said and not published.exists()
+    assert not any((tmp_path / "b-working").rglob("*.bin"))            # nothing of the damaged cache is used
+    [aside] = [p for p in published.parent.iterdir() if ".set-aside-" in p.name]
+    assert (aside / MANIFEST).exists()                                    # kept whole, for a look

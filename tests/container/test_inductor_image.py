@@ -101,9 +101,11 @@ def _version() -> str:
 
 
 def test_the_inductor_backends_tests_pass_on_this_images_torch(inductor_image, containers):
-    """tests/test_inductor.py and tests/test_inductor_cache.py, run by pytest inside the image (its Python, its torch,
-    its `train`), on a derived image that adds pytest only. With CAP_SYS_ADMIN: the read-only cache test bind-mounts
-    (not --privileged, which also asks for capabilities a sandboxed engine may not grant)."""
+    """tests/test_inductor.py, run by pytest inside the image (its Python, its torch, its `train`), on a derived image
+    that adds pytest only: what the backend does with Dynamo and Inductor (captures, compiles, graph breaks,
+    recompilations, regional compilation, the cache a warm job finds, DDP, debug mode), each read through torch's
+    own interfaces, which move between torch releases. tests/test_inductor_cache.py, the working copy's life around
+    a job (set aside, stopped, read-only), is the launcher's own and runs on the host's torch alone."""
     suite_image = containers("image", "opentc-pytest")
     secret = ["--secret", "id=ca,src=/etc/ssl/certs/ca-certificates.crt"] \
         if Path("/etc/ssl/certs/ca-certificates.crt").exists() else []
@@ -112,9 +114,9 @@ def test_the_inductor_backends_tests_pass_on_this_images_torch(inductor_image, c
                            stderr=subprocess.STDOUT, text=True, timeout=900,
                            env={"DOCKER_BUILDKIT": "1", **_docker_env()})
     assert built.returncode == 0, built.stdout[-3000:]
-    found = docker("run", "--rm", "--network", "none", "--cap-add", "SYS_ADMIN", "-v", f"{REPO}:/src:ro", "-w", "/src",
+    found = docker("run", "--rm", "--network", "none", "-v", f"{REPO}:/src:ro", "-w", "/src",
                    "-e", "PYTHONDONTWRITEBYTECODE=1", suite_image, "python", "-m", "pytest", "-q", "-p",
-                   "no:cacheprovider", "tests/test_inductor.py", "tests/test_inductor_cache.py", timeout=3000)
+                   "no:cacheprovider", "tests/test_inductor.py", timeout=3000)
     print(found.stdout[-3000:])
     assert found.returncode == 0, found.stdout[-8000:]
     summary = found.stdout.strip().splitlines()[-1]
