@@ -8,6 +8,8 @@
 #   our_packages [EXTRA] [-e]    the project's three packages, in the order they need each other, into the array
 #                          OUR_PACKAGES (launcher[EXTRA], compare, toolkit; -e: editable): every install takes all three
 #   lint                   the lint and type checks of every check (dev/test, dev/test-fast; .pre-commit-config.yaml)
+#   PARALLEL               pytest's options to run tests in OPENTC_TEST_WORKERS processes (default 2: a test module
+#                          at a time in each, so its module fixtures are made once); 1 runs them in this one
 
 dev_help() {
   case "${1:-}" in
@@ -34,6 +36,9 @@ our_packages() {
   OUR_PACKAGES=()
   for package in "./launcher$extra" ./compare ./toolkit; do OUR_PACKAGES+=("${editable[@]}" "$package"); done
 }
+
+PARALLEL=()
+if [[ ${OPENTC_TEST_WORKERS:-2} != 1 ]]; then PARALLEL=(-n "${OPENTC_TEST_WORKERS:-2}" --dist loadfile); fi
 
 lint() {
   .venv/bin/ruff check launcher/src compare/src toolkit/src tests benchmarks container dev/flavour dev/gpu-kit
