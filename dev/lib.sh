@@ -38,7 +38,9 @@ our_packages() {
 }
 
 PARALLEL=()
-if [[ ${OPENTC_TEST_WORKERS:-2} != 1 ]]; then PARALLEL=(-n "${OPENTC_TEST_WORKERS:-2}" --dist loadfile); fi
+if [[ ${OPENTC_TEST_WORKERS:-2} != 1 ]]; then
+  PARALLEL=(-n "${OPENTC_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)   # tests/conftest.py's order
+fi
 
 lint() {
   .venv/bin/ruff check launcher/src compare/src toolkit/src tests benchmarks container dev/flavour dev/gpu-kit

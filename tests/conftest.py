@@ -26,6 +26,24 @@ BIN = Path(sys.executable).parent
 TRAIN = BIN / "opentc-train"
 TRAINING_MODULE = "opentc_toolkit.entry:main"
 
+# The modules that take minutes on a 2-core machine, longest first (the Inductor suite inside the inductor image about
+# 4 min; those here 2 to 7 min each, in one process). dev/test runs the tests in two processes, a module at a time in
+# each, in this order (--no-loadscope-reorder): the long ones start first and the short ones fill in beside them, so
+# that the two processes end together rather than one long module running alone at the end.
+LONGEST_FIRST = ("test_inductor_image.py", "test_jobs.py", "test_sdk.py", "test_sharded.py",     # tests/container
+                 "test_inductor.py", "test_compile_time.py", "test_notebooks.py", "test_distributions.py",
+                 "test_compile_report.py", "test_same_model.py", "test_hf_trainer.py", "test_distributed.py",
+                 "test_xla_cuda.py", "test_inductor_cache.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)   # stable: each module's tests keep their order
+
+
 # Variables from the caller's shell that would change what a job does; every test starts without them.
 # TORCHINDUCTOR_ and TRITON_ too: torch sets TORCHINDUCTOR_CACHE_DIR in os.environ when a test imports its compiler
 # in this process, and a job that inherited it would share one Inductor cache with every later job.

@@ -41,19 +41,6 @@ def unique(prefix: str = "opentc-test") -> str:
 
 IMAGE_VARIABLES = {"xla": "OPENTC_IMAGE", "inductor": "OPENTC_INDUCTOR_IMAGE"}
 
-# The modules that take minutes, longest first (measured on a 2-core machine: the Inductor suite inside the inductor
-# image about 4 min, then 3, 2.5 and 1.5). Run in two processes a module at a time (dev/test), they start first, so
-# that the short ones fill in beside them instead of one long module running alone at the end.
-LONGEST_FIRST = ("test_inductor_image.py", "test_jobs.py", "test_sdk.py", "test_sharded.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)   # stable: each module's tests keep their order
-
 
 def image_of(flavour: str) -> str:
     """The image of a flavour under test; fails (never skips silently) when it or the engine is not there."""
