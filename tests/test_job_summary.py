@@ -228,3 +228,16 @@ def test_the_summary_keeps_each_kind_of_compile_finding_once_with_the_lowest_ran
         "compile report of rank0: 2 graph break(s). To fix: y.",
         "compile report of rank1: CPU fallback ops: aten::histc x12. To fix: z.",
     ]
+
+
+def test_worker_records_are_read_by_rank_and_one_that_is_not_a_record_is_left_out(tmp_path, caplog):
+    from opentc_launcher.worker_record import read_records
+
+    (tmp_path / "worker-rank1.json").write_text('{"process": "rank1", "rank": 1}')
+    (tmp_path / "worker-rank10.json").write_text('{"process": "rank10", "rank": 10}')
+    (tmp_path / "worker-rank0-spawned1.json").write_text('{"process": "rank0-spawned1", "rank": 0}')
+    (tmp_path / "worker-rank2.json").write_text('["not", "a", "record"]')
+    (tmp_path / "worker-rank3.json").write_text('{"process": "rank3", "ra')   # cut short by a stop
+    assert [r["process"] for r in read_records(str(tmp_path))] == ["rank0-spawned1", "rank1", "rank10"]
+    assert "worker-rank2.json is not a worker's record" in caplog.text
+    assert "worker-rank3.json could not be read" in caplog.text

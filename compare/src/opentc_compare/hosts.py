@@ -71,11 +71,11 @@ def merged(given: Sequence[Job]) -> Job:
         "current_host": None, "workers_on_this_host": None,
         "outcome": _outcome(summaries),
         # The job ends when its last host does. (A partial job's times and memory are lower bounds; its label says.)
-        "wall_seconds": _latest(summaries, "wall_seconds"),
+        "wall_seconds": _largest(summaries, "wall_seconds"),
         # The latest host's: with data parallelism, the job has made its first step when every host has (each
         # host's figure is its own first worker's), and a host that compiled longer (a cold cache) held all back.
-        "first_step_seconds": _latest(summaries, "first_step_seconds"),
-        "peak_memory_mb": _latest(summaries, "peak_memory_mb"),
+        "first_step_seconds": _largest(summaries, "first_step_seconds"),
+        "peak_memory_mb": _largest(summaries, "peak_memory_mb"),
         "throughput": _throughput(leader, summaries, len(hosts)),
         "processes": [process for s in summaries for process in s.get("processes") or []],
         "findings": sorted({f for s in summaries for f in s.get("findings") or []}),
@@ -90,7 +90,7 @@ def merged(given: Sequence[Job]) -> Job:
                hosts_given=hosts_given)
 
 
-def _latest(summaries: Sequence[JobSummary], field: Literal["wall_seconds", "first_step_seconds",
+def _largest(summaries: Sequence[JobSummary], field: Literal["wall_seconds", "first_step_seconds",
                                                              "peak_memory_mb"]) -> float | None:
     """The largest of the hosts' figures (null where no host has one)."""
     values = [value for s in summaries if (value := s.get(field)) is not None]

@@ -8,7 +8,7 @@ import glob
 import json
 import logging
 import os
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from .files import write_json
 
@@ -77,11 +77,16 @@ def write_record(folder: str, record: WorkerRecord) -> None:
 
 def read_records(folder: str) -> list[WorkerRecord]:
     """Every worker's record in `folder`, by rank; one that cannot be read is logged and left out."""
-    found = []
+    found: list[WorkerRecord] = []
     for path in sorted(glob.glob(record_path(folder, "*"))):
         try:
             with open(path, encoding="utf-8") as f:
-                found.append(json.load(f))
+                record = json.load(f)
         except (OSError, ValueError) as e:
             log.warning("job summary: %s could not be read (%s)", path, e)
+            continue
+        if isinstance(record, dict):
+            found.append(cast(WorkerRecord, record))   # written by worker_session from this type
+        else:
+            log.warning("job summary: %s is not a worker's record (a JSON object)", path)
     return sorted(found, key=lambda r: (r.get("rank", 0), r.get("process", "")))
