@@ -279,6 +279,11 @@ def new_job(root: Path, script: str | None = None, **hyperparameters) -> Job:
     return job
 
 
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under `root` with its size and modification time: equal before and after, nothing was written."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
 @pytest.fixture
 def make_job(tmp_path):
     """new_job in this test's folder: make_job(), make_job("algo-1"), make_job(script="crash.py", epochs=2)."""

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import TRAIN, train_env
+from conftest import TRAIN, train_env, tree
 
 pytestmark = [pytest.mark.xla]
 
@@ -15,11 +15,6 @@ pytestmark = [pytest.mark.xla]
 def dry_run(job, **extra_env):
     return subprocess.run([str(TRAIN), "--dry-run", str(job.root)], env=train_env(job, **extra_env),
                           cwd=str(job.root), capture_output=True, text=True, timeout=120)
-
-
-def tree(root):
-    """Every path under the job folder with its size and modification time."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
 def test_the_plan_names_settings_and_their_sources_the_command_and_the_environment_and_writes_nothing(make_job):

@@ -4,6 +4,8 @@ hyperparameter, and the sample job baked into the image."""
 
 import pytest
 
+from conftest import tree
+
 from .conftest import files_under, run_job
 
 pytestmark = pytest.mark.container
@@ -56,14 +58,14 @@ def test_train_dry_run_in_the_image_prints_the_plan_and_writes_nothing(each_imag
     """`docker run -v <job>:/opt/ml <image> train --dry-run`: the plan the image's own `train` would run (the sample
     job, compiler on with no backend named: each image's own compiler), and the job folder left as it was."""
     job = make_job()
-    before = {str(p.relative_to(job.root)): p.stat().st_mtime_ns for p in job.root.rglob("*")}
+    before = tree(job.root)
     result = run_job(each_image, containers(), job, command=("train", "--dry-run"))
     assert result.returncode == 0, result.output[-3000:]
     compiler = request.node.callspec.params["each_image"]   # the flavour: its own compiler
     assert "opentc-train --dry-run: the job in /opt/ml (nothing was run, installed or written)" in result.output
     assert f"device: cpu, backend: {compiler}" in result.output, result.output[-3000:]
     assert "/opt/ml/code/train.py" in result.output.split("command (in /opt/ml/code):", 1)[1], result.output[-3000:]
-    assert {str(p.relative_to(job.root)): p.stat().st_mtime_ns for p in job.root.rglob("*")} == before
+    assert tree(job.root) == before
 
 
 def test_a_bad_hyperparameter_fails_with_the_reason(image, make_job, containers):

@@ -91,7 +91,7 @@ def merged(given: Sequence[Job]) -> Job:
 
 
 def _largest(summaries: Sequence[JobSummary], field: Literal["wall_seconds", "first_step_seconds",
-                                                             "peak_memory_mb"]) -> float | None:
+                                                              "peak_memory_mb"]) -> float | None:
     """The largest of the hosts' figures (null where no host has one)."""
     values = [value for s in summaries if (value := s.get(field)) is not None]
     return max(values) if values else None
