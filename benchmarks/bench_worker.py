@@ -193,12 +193,13 @@ def train(args, model, optimizer, autocast, generator, lengths, vocab, device, f
 
 
 def flops_per_token(model) -> float:
-    """A training step's FLOPs per token (forward and backward): 6N for the weights' matrix multiplies, N the
-    parameters without the position embeddings (the output layer shares the token embeddings: counted once), plus
-    12 x layers x width x sequence for attention's (PaLM's estimate, as nanoGPT and llm.c count it for MFU)."""
-    config = model.config
-    weights = sum(p.numel() for p in model.parameters()) - model.transformer.wpe.weight.numel()
-    return 6 * weights + 12 * config.n_layer * config.n_embd * config.n_positions
+    """A training step's FLOPs per token (forward and backward), as every job's summary counts them
+    (opentc_launcher.mfu): 6N for the weights' matrix multiplies, N the parameters without the position embeddings
+    (the output layer shares the token embeddings: counted once), plus 12 x layers x width x sequence for attention's
+    (PaLM's estimate, as nanoGPT and llm.c count it for MFU)."""
+    from opentc_launcher.mfu import shape_of
+
+    return shape_of(model.named_parameters(), model.config).flops_per_token(model.config.n_positions)
 
 
 def peak_memory_mb(device) -> float:

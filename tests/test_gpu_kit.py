@@ -1,12 +1,16 @@
 """The GPU kit (dev/gpu-kit): what a lent GPU machine with its own torch and no package index needs, packed here and
-carried within the device tool's 64 MiB; its dry run names every figure it takes; its install step works offline,
-from the kit alone, into a fresh venv (on this machine's Python, without torch: the wheels are pure Python or abi3,
-and sagemaker-training's sdist is built as the GPU machine builds it); and without a GPU it measures nothing.
+carried within the device tool's 64 MiB; its dry run shows the budget and every step in order with its expected
+seconds; its install step works offline, from the kit alone, into a fresh venv (on this machine's Python, without
+torch: the wheels are pure Python or abi3, and sagemaker-training's sdist is built as the GPU machine builds it); its
+rehearsal runs the seeds' job through it on the CPU within its budget, leaving in --out only what the device tool
+brings back; and without a GPU `run` measures nothing.
 
-No GPU here, so `run` itself is not exercised beyond its refusal: the figures are for a session that is lent one.
+No GPU here, so `run` itself is not exercised beyond its refusal: `rehearse` runs the same steps on the CPU.
 Needs PyPI (the pack step downloads), as dev/setup does.
 """
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,21 +45,29 @@ def test_the_kit_fits_in_what_the_device_tool_carries(packed):
     assert "dev/gpu-kit plan: ready" in packed
 
 
-def test_the_dry_run_names_every_figure_it_takes(packed):
-    four = kit("plan", "--gpus", "4")
+def test_the_dry_run_shows_the_budget_and_every_step_in_order(packed):
+    four = kit("plan", "--gpus", "4", "--budget", "480")
     assert four.returncode == 0, four.stdout
-    for step in ("GPT-2 small, eager", "GPT-2 small, Inductor cold", "GPT-2 small, Inductor warm",
-                 "the sample, compiler off", "the sample, Inductor cold", "the sample, Inductor warm",
-                 "the sample, side by side", "DDP over NCCL, 4 GPUs, eager", "DDP over NCCL, 4 GPUs, inductor",
-                 "GPT-2 small, largest batch that fits, eager", "GPT-2 small, largest batch that fits, inductor",
-                 "run_clm (the seeds' job), compiler off", "run_clm (the seeds' job), Inductor",
-                 "run_clm (the seeds' job), side by side", "nested compile regions: gradients against eager"):
-        assert f"- {step}: " in four.stdout, step
-    assert "largest-batch --python /tmp/opentc-gpu-kit/venv/bin/python --backend inductor" in four.stdout
-    assert "- MFU of every GPT-2 small row: " in four.stdout and "H100 989" in four.stdout
-    assert "A100 231,000 tokens/s" in four.stdout
+    assert "The budget: 480 s (gpu scale)" in four.stdout
+    listed = [line for line in four.stdout.splitlines() if line.startswith("- [")]
+    names = [re.match(r"- \[\w+\] (.*?) \(\d+ s, bound \d+ s; \d+ s\)", line)[1] for line in listed]
+    assert names == [
+        "make a fresh venv", "let it see the machine's packages (a .pth file)", "put the kit's pip into it",
+        "install from the kit what the machine lacks",
+        "install the launcher, compare and toolkit over the machine's torch",
+        "GPT-2 small, eager", "GPT-2 small, Inductor cold", "GPT-2 small, Inductor warm",
+        "run_clm (the seeds' job), compiler off", "run_clm (the seeds' job), Inductor",
+        "run_clm (the seeds' job), side by side",
+        "GPT-2 small, largest batch that fits, eager", "GPT-2 small, largest batch that fits, inductor",
+        "the sample, compiler off", "the sample, Inductor cold", "the sample, Inductor warm",
+        "the sample, side by side", "nested compile regions: gradients against eager",
+        "DDP over NCCL, 4 GPUs, eager", "DDP over NCCL, 4 GPUs, inductor"], names
+    # each with its expected seconds, its bound and the running total, marked where the budget would run out
+    assert "- [1] GPT-2 small, eager (40 s, bound 100 s; 90 s): " in four.stdout
+    assert "[past the budget if all before it take their expected time]" in listed[-1]
     assert "--config gpt2 --seq 512 --batch 8 --dtype bf16" in four.stdout
     assert "--nproc-per-node 4 --backend inductor --device cuda" in four.stdout
+    assert "$OUT receives only gpu-figures.json, gpu-figures.md, gpu-kit.log" in four.stdout
     one = kit("plan", "--gpus", "1")
     assert one.returncode == 0 and "- DDP over NCCL: skipped, one GPU" in one.stdout
     assert "DDP over NCCL, 1 GPUs" not in one.stdout
@@ -67,7 +79,7 @@ def test_the_dry_run_names_every_figure_it_takes(packed):
 def test_the_install_step_works_offline_from_the_kit_alone(packed, tmp_path):
     base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     venv = tmp_path / "venv"
-    done = kit("install", "--venv", venv, "--python", base, "--out", tmp_path / "out")
+    done = kit("install", "--venv", tmp_path, "--python", base, "--out", tmp_path / "out")
     assert done.returncode == 0, (done.stdout + (tmp_path / "out" / "gpu-kit.log").read_text())[-5000:]
     imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import opentc_toolkit.entry, opentc_launcher.run, "
                                "opentc_compare.cli, sagemaker_training.environment, boto3, psutil; print('ok')"],
@@ -81,3 +93,21 @@ def test_without_a_gpu_run_measures_nothing_and_says_why(tmp_path):
     assert done.returncode == 2, done.stdout[-3000:]
     assert "no GPU visible to" in done.stdout and "dev/gpu-kit plan" in done.stdout
     assert not (tmp_path / "out").exists()
+
+
+def test_the_rehearsal_runs_the_seeds_job_through_the_kit_within_its_budget(packed, tmp_path):
+    """The run_clm figure, rehearsed on the CPU over this machine's torch: the kit's offline install into a fresh
+    venv, both jobs through `train` and opentc-compare's table, within the budget, and --out as the device tool
+    would bring it back."""
+    out = tmp_path / "out"
+    done = kit("rehearse", "--figures", "2", "--budget", "400", "--out", out, timeout=900)
+    results = json.loads((out / "gpu-figures.json").read_text())
+    assert done.returncode == 0, (done.stdout[-3000:], [s for s in results["steps"] if s["status"] != "ok"])
+    assert [(s["key"], s["status"]) for s in results["steps"]] == [(key, "ok") for key in (
+        "venv", "link", "pip", "missing", "ours", "clm-off", "clm-inductor", "clm-table")]
+    assert results["elapsed_s"] <= 400
+    table = results["steps"][-1]["table"]
+    assert "| | eager (run-clm-off) | inductor (run-clm-inductor) |" in table
+    assert "| optimizer steps | 10 | 10 |" in table
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-figures.json", "gpu-figures.md", "gpu-kit.log"]
+    assert "| run_clm (the seeds' job), side by side | ok |" in (out / "gpu-figures.md").read_text()
