@@ -68,6 +68,11 @@ def test_every_job_has_a_summary_with_plausible_figures(sample_runs, name):
         assert summary["compile"]["seconds"] > 0 and summary["compile"]["graphs_compiled"] >= 1
     else:
         assert summary["compile"] is None
+    # The model the worker saw trained (for MFU): the sample's GPT-2, 2 layers, 64 wide, its embeddings tied.
+    model = summary["processes"][0]["model"]
+    assert (model["name"], model["seen_by"], model["layers"], model["width"]) == (
+        "GPT2LMHeadModel", "a transformers model", 2, 64), model
+    assert summary["utilisation"] == {"mfu": None, "why_not": "MFU is a GPU figure: this job ran on cpu"}
     # The headline is the log's line before the verdict.
     lines = output.rstrip().splitlines()
     assert "job summary: " in lines[-2] and lines[-1].endswith("Reporting training SUCCESS"), lines[-3:]
@@ -79,10 +84,19 @@ def test_a_trainer_jobs_throughput_comes_from_its_batches_and_its_own_log(make_j
     job.set_hyperparameters(sagemaker_training_compiler_enabled=False, output_dir=str(job.model), max_steps=STEPS,
                             per_device_train_batch_size=4, logging_steps=LOG_EVERY, save_strategy="no",
                             report_to="none", dataloader_drop_last=True, block_size=64, seed=0,
-                            disable_tqdm=True)
+                            disable_tqdm=True, bf16=True, use_cpu=True)
     result = run_train(job)
     assert result.returncode == 0, result.output[-4000:]
     summary = summary_of(job)
+    # The model it trains, as Accelerate prepared it, and the dtype its matrix multiplies ran in: bf16 by Accelerate's
+    # mixed precision (the weights stay float32). 6N's weights: the vocabulary's embeddings (tied to the output
+    # layer) and 2 layers of 49,984 weights and the final norm's 128; the 64 x 64 position table left out.
+    model = summary["processes"][0]["model"]
+    assert (model["name"], model["seen_by"], model["layers"], model["width"], model["matmul_dtype"]) == (
+        "GPT2LMHeadModel", "Accelerate's prepare_model", 2, 64, "bf16"), model
+    vocabulary, rest = divmod(model["weights"] - 2 * 49_984 - 128, 64)
+    assert rest == 0 and 256 < vocabulary <= 401, model
+    assert summary["utilisation"]["why_not"] == "MFU is a GPU figure: this job ran on cpu"
     throughput = summary["throughput"]
     assert throughput["source"] == "batch shapes, steady state", throughput
     assert throughput["samples_per_second"] > 0

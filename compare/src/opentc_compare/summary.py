@@ -5,8 +5,9 @@ headline are defined.
 
 A summary holds the job's name and outcome, its backend, device, workers and hosts, the versions it ran, its wall
 time and when its first optimizer step ended, rank 0's optimizer steps and step times (warm-up left out), its
-throughput and where that was measured, its loss series, the highest peak memory of its workers, what it compiled,
-what was found wrong with the script or its compilation (each kind once), and each worker process's own record.
+throughput and where that was measured, its model FLOPs utilisation (or why it has none), its loss series, the
+highest peak memory of its workers, what it compiled, what was found wrong with the script or its compilation (each
+kind once), and each worker process's own record.
 """
 
 from __future__ import annotations
@@ -75,6 +76,22 @@ class Compiled(TypedDict, total=False):
     cache_hits: int | None
 
 
+class Utilisation(TypedDict, total=False):
+    """Model FLOPs utilisation (opentc_launcher.mfu): `mfu` a fraction of the GPU's dense peak, or null with
+    `why_not`."""
+    mfu: float | None
+    why_not: str | None
+    model: str | None
+    dtype: str | None            # what the matrix multiplies ran in: bf16, fp16, tf32, fp32
+    dtype_from: str | None
+    gpu: str | None
+    flops_per_token: float | None
+    sequence: float | None
+    tokens_per_second_per_gpu: float | None
+    peak_tflops: float | None
+    peak_source: str | None
+
+
 class JobSummary(TypedDict, total=False):
     format: str
     job_name: str | None
@@ -91,6 +108,7 @@ class JobSummary(TypedDict, total=False):
     optimizer_steps: int | None
     step_seconds: StepSeconds | None
     throughput: Throughput | None
+    utilisation: Utilisation | None
     loss: Loss | None
     peak_memory_mb: float | None
     compile: Compiled | None
@@ -264,6 +282,9 @@ def headline(summary: JobSummary) -> str:
                      + (f", {_number(throughput['tokens_per_second'], ' tokens/s', 0)}"
                         if throughput.get("tokens_per_second") is not None else "")
                      + f" ({throughput.get('source')})")
+    mfu = (summary.get("utilisation") or Utilisation()).get("mfu")
+    if mfu is not None:
+        parts.append(f"MFU {mfu:.1%}")
     parts.append(f"first step after {_number(summary.get('first_step_seconds'), ' s')}")
     parts.append(f"peak memory {_number(summary.get('peak_memory_mb'), ' MB', 0)}")
     if compile_:

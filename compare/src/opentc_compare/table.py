@@ -79,6 +79,7 @@ ROWS: tuple[tuple[str, Getter, int, float, tuple[str, bool] | None], ...] = (
     ("p90 step (ms)", _get("step_seconds", "p90"), 1, 1000.0, None),
     ("samples/s", _get("throughput", "samples_per_second"), 1, 1.0, ("samples/s vs first", False)),
     ("tokens/s", _get("throughput", "tokens_per_second"), 0, 1.0, ("tokens/s vs first", False)),
+    ("MFU (% of the GPU's dense peak)", _get("utilisation", "mfu"), 1, 100.0, None),
     ("throughput measured from", _get("throughput", "source"), 0, 1.0, None),
     ("Trainer's samples/s (whole run)", _get("throughput", "trainer_samples_per_second"), 1, 1.0, None),
     ("final loss", _final_loss, 4, 1.0, None),
@@ -119,7 +120,17 @@ def render(jobs: Sequence[Job], price_per_hour: float | None = None) -> str:
         pairs = ["-"] + [break_even(first, job.summary) for job in jobs[1:]]
         if any(p != "-" for p in pairs):
             lines.append("| compile paid back vs first after | " + " | ".join(map(_cell, pairs)) + " |")
-    return "\n".join(lines + findings(jobs, labels))
+    return "\n".join(lines + mfu_notes(jobs, labels) + findings(jobs, labels))
+
+
+def mfu_notes(jobs: Sequence[Job], labels: Sequence[str]) -> list[str]:
+    """Where some jobs have an MFU and others not, why not (a job on a CPU, a GPU not in the table, ...)."""
+    utilisations = [job.summary.get("utilisation") or {} for job in jobs]
+    if not any(u.get("mfu") is not None for u in utilisations):
+        return []
+    missing = [f"- {_cell(label)}: {_cell(u.get('why_not') or 'not measured (a summary from before MFU)')}"
+               for label, u in zip(labels, utilisations, strict=True) if u.get("mfu") is None]
+    return ["", "No MFU:", *missing] if missing else []
 
 
 def findings(jobs: Sequence[Job], labels: Sequence[str]) -> list[str]:

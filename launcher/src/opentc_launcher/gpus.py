@@ -92,3 +92,17 @@ def visible_gpu_count(env: Mapping[str, str] = os.environ) -> int:
         # MIG instances are no NVML devices: CUDA checks those names itself.
         return len(named) if prefix == "MIG-" else _by_uuid(named, _uuids(nvml))
     return _ordinals(entries, _device_count(nvml))
+
+
+def gpu_name() -> str | None:
+    """The first GPU's name as the driver gives it ("NVIDIA H100 80GB HBM3", the name torch gives it too), for the
+    MFU's peak (mfu.py); None without a driver. The GPUs of one instance are alike."""
+    nvml = _nvml()
+    if nvml is None or _device_count(nvml) == 0:
+        return None
+    handle = ctypes.c_void_p()
+    buffer = ctypes.create_string_buffer(_UUID_BYTES)
+    if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0 or \
+            nvml.nvmlDeviceGetName(handle, buffer, _UUID_BYTES) != 0:
+        return None
+    return buffer.value.decode("ascii", "replace")

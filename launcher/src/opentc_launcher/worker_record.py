@@ -42,6 +42,18 @@ class CompileFinding(TypedDict):
     text: str
 
 
+class ModelFigures(TypedDict):
+    """The model the worker saw trained (model_watch), for the job's MFU (mfu.job_utilisation)."""
+
+    name: str                     # its class
+    seen_by: str                  # where the worker saw it
+    weights: int                  # what 6N counts: shared tensors once, learned position tables left out
+    layers: int | None            # None: no transformer config says
+    width: int | None
+    matmul_dtype: str             # bf16, fp16, tf32 or fp32
+    dtype_from: str               # how that was known
+
+
 class WorkerRecord(TypedDict):
     process: str                  # rank<N>, or rank<N>-spawned<K>
     rank: int
@@ -58,6 +70,7 @@ class WorkerRecord(TypedDict):
     compile: CompiledFigures | None   # None: a backend that compiles nothing
     findings: list[str]           # what the worker found wrong with the script
     compile_findings: list[CompileFinding]
+    model: ModelFigures | None    # None: no model seen, or none that trains
 
 
 def record_path(folder: str, process: str) -> str:

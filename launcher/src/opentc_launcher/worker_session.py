@@ -19,6 +19,7 @@ from .identity import WorkerIdentity
 from .idle_optimizer import IdleOptimizerCheck
 from .ignored_fp16 import IgnoredFp16Check
 from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics
+from .model_watch import ModelWatch
 from .options import WorkerOptions
 from .script_findings import ScriptFindings
 from .steps import StepCounter
@@ -37,8 +38,9 @@ class WorkerSession:
         self.options = options
         self.identity = identity
         self.process = process   # rank<N> (or rank<N>-spawned<K>): names its report and its cache folder
-        self.steps = StepCounter(self.after_step)
+        self.steps = StepCounter(self._stepped)
         self.batches = BatchWatch()
+        self.model = ModelWatch()
         self.findings = ScriptFindings(identity.rank)
         self.idle_optimizers = IdleOptimizerCheck(self.findings)
         self.uneven_shards = UnevenShardsCheck(self.findings)
@@ -52,6 +54,12 @@ class WorkerSession:
         self.ignored_fp16.install()
         if self.options.summary_dir:
             self.batches.install()
+            self.model.install()
+
+    def _stepped(self, step: int) -> None:
+        if step == 1 and self.options.summary_dir:
+            self.model.describe()   # the model being trained, while it is alive: a script may drop it at the end
+        self.after_step(step)
 
     def after_step(self, step: int) -> None:
         """After optimizer step `step` (1, 2, ...); the backend's per-step observations."""
@@ -113,4 +121,5 @@ class WorkerSession:
             findings=list(self.findings.found),
             # the compile report's findings, each with its kind: the job summary keeps one of each kind
             compile_findings=[CompileFinding(kind=f.kind, text=f.text()) for f in report.findings] if report else [],
+            model=self.model.figures,
         )

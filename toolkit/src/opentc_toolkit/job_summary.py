@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from opentc_compare.hosts import BATCHES
 from opentc_compare.summary import (
@@ -23,12 +24,15 @@ from opentc_compare.summary import (
     JobSummary,
     StepSeconds,
     Throughput,
+    Utilisation,
     Versions,
     headline,
 )
 from opentc_compare.summary import Outcome as JobOutcome
 from opentc_launcher.files import write_json
+from opentc_launcher.gpus import gpu_name
 from opentc_launcher.installed import version
+from opentc_launcher.mfu import job_utilisation
 from opentc_launcher.published_cache import WorkingCopy
 from opentc_launcher.worker_record import WorkerRecord, read_records
 
@@ -76,6 +80,17 @@ def _throughput(records: list[WorkerRecord], trainer: dict[str, float]) -> Throu
     return result
 
 
+def _utilisation(first: WorkerRecord | None, device: str | None, gpu: str | None, throughput: Throughput,
+                 workers_on_this_host: int | None) -> Utilisation:
+    """MFU from rank 0's model and this host's throughput, measured from the batches only: the Trainer's own rate
+    includes compilation."""
+    measured = throughput.get("source") == BATCHES
+    return cast(Utilisation, job_utilisation(
+        first.get("model") if first else None, device, gpu,
+        throughput.get("tokens_per_second") if measured else None,
+        throughput.get("samples_per_second") if measured else None, workers_on_this_host or 1))
+
+
 def findings(records: list[WorkerRecord]) -> list[str]:
     """What the workers found wrong with the script (an optimizer that trains nothing), each once, then what their
     compile reports found (host reads, graph breaks, recompilation, CPU fallbacks), one of each kind: the lowest
@@ -105,19 +120,22 @@ def _compiled(record: WorkerRecord | None) -> Compiled | None:
                     cache_hits=figures.get("cache_hits"))
 
 
-def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> JobSummary:
+def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu: str | None = None) -> JobSummary:
+    """The summary; `gpu` the GPU's name (read from the driver when the job ran on GPUs)."""
     job, settings, plan = recorder.job, recorder.settings, recorder.plan
     records = read_records(plan.options.summary_dir) if plan and plan.options.summary_dir else []
     first = records[0] if records else None
     first_steps = [at for r in records if (at := r.get("first_step_at"))]
     memory = [mb for r in records if (mb := r.get("peak_memory_mb")) is not None]
+    device = plan.options.device if plan else None
+    throughput = _throughput(records, recorder.lines.trainer_rates())
     return JobSummary(
         format=FORMAT,
         job_name=(job.job_name if job else None) or os.path.basename(os.path.normpath(paths.base)),
         outcome=JobOutcome(exit_code=outcome.exit_code, succeeded=outcome.succeeded, stopped=outcome.stopped,
                            headline=outcome.message.split("\n", 1)[0] or None),
         backend=settings.backend_name if settings else None,
-        device=plan.options.device if plan else None,
+        device=device,
         workers=plan.world.size if plan else None,
         workers_on_this_host=plan.world.workers_per_host if plan else None,
         hosts=list(job.hosts) if job else [],
@@ -128,7 +146,8 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> J
         first_step_seconds=round(min(first_steps) - recorder.started, 3) if first_steps else None,
         optimizer_steps=first.get("optimizer_steps", 0) if first else 0,
         step_seconds=_step_seconds(first),
-        throughput=_throughput(records, recorder.lines.trainer_rates()),
+        throughput=throughput,
+        utilisation=_utilisation(first, device, gpu, throughput, plan.world.workers_per_host if plan else None),
         loss=recorder.lines.loss(),
         peak_memory_mb=max(memory) if memory else None,
         compile=_compiled(first),
@@ -140,7 +159,8 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> J
 def write_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> JobSummary | None:
     """output/data/job-summary.json and its headline in the log. Never raises."""
     try:
-        summary = build_summary(paths, recorder, outcome)
+        device = recorder.plan.options.device if recorder.plan else None
+        summary = build_summary(paths, recorder, outcome, gpu_name() if device and device.startswith("cuda") else None)
         path = os.path.join(paths.output_data, FILE_NAME)
         write_json(path, summary, indent=2)
     except Exception as e:  # noqa: BLE001  (the summary is never a reason for a job to fail)
