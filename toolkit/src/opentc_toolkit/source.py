@@ -15,11 +15,12 @@ from opentc_launcher import exit_codes
 from opentc_launcher.script import why_not_a_script
 from opentc_launcher.text import printable
 
+from . import hf_stack
 from .job import TrainingJob
 from .not_started import BadInput, RequirementsFailed
 from .outcome import last_lines
 from .stack import conflicts, constraints_text, stack_pins
-from .supervisor import Command, JobStopped, Supervisor
+from .supervisor import Command, JobStopped, ProcessResult, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,31 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
 _CONNECTION_BROKEN = re.compile(r"after connection broken by '(?P<cause>.+)': (?P<where>\S+)\s*$")
 
 
+# pip's words when a package had to be built from source and the build failed.
+_BUILD_FAILED = re.compile(r"Failed building wheel for (?P<name>[\w.-]+)"
+                           r"|^\W*(?:\u2570\u2500>|->) (?P<listed>[\w.-]+)\s*$")
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _build_failures(lines: list[str]) -> list[str]:
+    names = [m["name"] or m["listed"] for m in map(_BUILD_FAILED.search, lines) if m]
+    return list(dict.fromkeys(names))
+
+
 def _pip_reason(stderr: str) -> str:
-    """pip's own account of a failure: the network cause first when pip could not reach an index, then its ERROR
-    lines (and what follows them), else its last lines."""
+    """pip's own account of a failure: the network cause first when pip could not reach an index, what had to be
+    built from source when a build failed, then its ERROR lines (and what follows them), else its last lines."""
     lines = stderr.strip().splitlines()
     first_error = next((i for i, line in enumerate(lines) if line.startswith("ERROR:")), None)
     reason = "\n".join(lines[first_error:]) if first_error is not None else last_lines(stderr)
+    built = _build_failures(lines)
+    if built:
+        era = (" transformers before 4.23 needs a tokenizers older than 0.13, which has no wheel for Python "
+               f"{PYTHON} (it builds only with Rust and the network): pin transformers 4.23 or later, or leave "
+               "tokenizers unpinned." if "tokenizers" in built else "")
+        reason = (f"{', '.join(built)} had to be built from source, since no release the requirements allow has a "
+                  f"wheel for this image's Python {PYTHON}, and the build failed.{era} Ask for versions with a "
+                  f"wheel for Python {PYTHON} (pypi.org lists each release's files).\n{reason}")
     broken = next((m for m in map(_CONNECTION_BROKEN.search, reversed(lines)) if m), None)
     if broken is not None:
         reason = (f"the package index could not be reached ({broken['where']}): {broken['cause']}. Check the "
@@ -130,28 +150,75 @@ def check_requirements(path: str, name: str, pins: Mapping[str, str]) -> None:
             f"the requirement or pin the pinned version (the set is in /opt/opentc/constraints.txt).")
 
 
+def _read_lines(path: str) -> list[str]:
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", errors="replace").splitlines()
+
+
+def _pip(supervisor: Supervisor, argv: tuple[str, ...], env: Mapping[str, str], code: str, name: str,
+         doing: str, lines: list[str] | None = None) -> ProcessResult:
+    """pip under the supervisor (a stop reaches it); a stop or a failure ends the job before the script."""
+    result = supervisor.run(Command(argv=argv, env=env, cwd=code),
+                            on_line=None if lines is None else lines.append)
+    if result.stopped_by is not None:
+        raise JobStopped(result, "pip", f"while {name} was being installed")
+    if result.exit_code != exit_codes.OK:
+        raise RequirementsFailed(f"{name} in {code} could not be installed ({doing}: pip ended with exit code "
+                                 f"{result.exit_code}):\n{_pip_reason(result.stderr_tail)}")
+    return result
+
+
 def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, str], scratch: str,
                          name: str = "requirements.txt") -> None:
     """requirements.txt beside the script is installed before the script runs, as SageMaker does, with pip
-    under the supervisor (a stop reaches it) and under the pins of the packages that must move together."""
+    under the supervisor (a stop reaches it) and under the pins of the packages that must move together. One that
+    moves the Hugging Face stack re-resolves the rest of it (hf_stack.py). What was installed must pass `pip check`."""
     requirements = requirements_path(code, name)
     if requirements is None:
         return
     pins = stack_pins()
     check_requirements(requirements, name, pins)
+    lines = _read_lines(requirements)
     constraints = os.path.join(scratch, "stack-constraints.txt")
     with open(constraints, "w", encoding="utf-8") as f:
         f.write(constraints_text(pins))
+    install = (sys.executable, "-m", "pip", "install", "--no-input", "-r", requirements)
+    family = hf_stack.installed_family()
+    moves = hf_stack.moved(lines, family)
+    extra: tuple[str, ...] = ()
+    if moves:
+        extra = tuple(hf_stack.companions(lines, family))
+        log.info("%s asks for %s: the image's %s are resolved again with it (not pinned), so that they go together",
+                 name, ", ".join(moves), ", ".join(extra) or "Hugging Face packages")
+        report = os.path.join(scratch, "pip-resolution.json")
+        _pip(supervisor, (*install, *extra, "-c", constraints, "--dry-run", "--quiet", "--report", report), env, code,
+             name, "resolving it")
+        with open(report, encoding="utf-8") as f:
+            transformers = hf_stack.chosen(f.read(), "transformers", family)
+        rules = hf_stack.rules_for(transformers)
+        if rules:
+            bounds = os.path.join(scratch, "transformers-line-constraints.txt")
+            with open(bounds, "w", encoding="utf-8") as f:
+                f.write("".join(f"{c}\n" for rule in rules for c in rule.constraints))
+            extra += ("-c", bounds)
+            for rule in rules:
+                log.info("transformers %s: %s, since %s", transformers, ", ".join(rule.constraints), rule.why)
     log.info("installing %s (torch, torch-xla and the CUDA libraries held at the installed versions)",
              requirements)
-    result = supervisor.run(Command(
-        argv=(sys.executable, "-m", "pip", "install", "--no-input", "-r", requirements, "-c", constraints),
-        env=env, cwd=code))
+    _pip(supervisor, (*install, *extra, "-c", constraints), env, code, name, "installing it")
+    checked: list[str] = []
+    result = supervisor.run(Command(argv=(sys.executable, "-m", "pip", "check"), env=env, cwd=code),
+                            on_line=checked.append)
     if result.stopped_by is not None:
-        raise JobStopped(result, "pip", "while requirements.txt was being installed")
-    if result.exit_code != exit_codes.OK:
-        raise RequirementsFailed(f"{name} in {code} could not be installed (pip ended with "
-                                 f"exit code {result.exit_code}):\n{_pip_reason(result.stderr_tail)}")
+        raise JobStopped(result, "pip", f"while {name} was being installed")
+    broken = hf_stack.check_failures("\n".join(checked))
+    if result.exit_code != exit_codes.OK and broken:
+        moved_words = (f" It asked for {', '.join(moves)}, which moved the image's Hugging Face packages; pin the "
+                       f"packages named above to versions that go with it, or drop the pin to use the image's "
+                       f"({', '.join(f'{k} {v}' for k, v in family.items())})." if moves else
+                       " Pin the packages named above to versions that go together.")
+        raise RequirementsFailed(f"{name} in {code} installed, but the packages it left do not work together (pip "
+                                 f"check):\n" + "\n".join(f"  {line}" for line in broken[:20]) + "\n" + moved_words)
 
 
 def entry_point_path(job: TrainingJob, code: str) -> str:
