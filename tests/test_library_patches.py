@@ -11,8 +11,9 @@ import types
 import pytest
 
 from conftest import BIN, SCRIPTS, clean_env
+from opentc_launcher import era_patches
+from opentc_launcher.patching import LibraryPatch, TargetChanged, apply
 from opentc_launcher.xla import library_patches
-from opentc_launcher.xla.library_patches import LibraryPatch, TargetChanged
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
@@ -70,7 +71,7 @@ def test_accelerate_prepare_keeps_tied_weights_on_xla_with_torchs_swap_switch(me
     assert ties["with_switch"] == {"tied": True, "lm_head_trained": True, "wte_trained": True}
 
 
-@pytest.mark.parametrize("patch", library_patches.PATCHES, ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", library_patches.PATCHES + era_patches.PATCHES, ids=lambda p: p.name)
 def test_a_target_that_changed_is_refused_and_logged(patch, caplog):
     changed = types.ModuleType(patch.module)
     changed.is_tracing = lambda tensor=None: False
@@ -79,7 +80,7 @@ def test_a_target_that_changed_is_refused_and_logged(patch, caplog):
     with pytest.raises(TargetChanged):
         patch.apply(changed)
     with caplog.at_level(logging.WARNING, logger="opentc_launcher"):
-        assert library_patches._apply(patch, changed) is False
+        assert apply(patch, changed) is False
     assert f"library patch {patch.name} not applied" in caplog.text
     assert changed.is_tracing(object()) is False and changed.nested_xla_mesh_reduce(1, "x") == 1   # untouched
 

@@ -17,6 +17,7 @@ import torch_xla.debug.metrics as met
 import transformers.masking_utils as masking_utils
 import transformers.trainer_pt_utils as trainer_pt_utils
 
+from opentc_launcher.patching import apply
 from opentc_launcher.xla import library_patches
 
 
@@ -40,7 +41,7 @@ out = {}
 ignore_mask = masking_utils._ignore_causal_mask_sdpa
 skip, unpatched = measure(lambda: ignore_mask(padding, 16, 16, 0, 0))
 mask, _ = measure(lambda: masking_utils.sdpa_mask(batch_size=2, q_length=16, kv_length=16, attention_mask=padding))
-applied = library_patches._apply(library_patches.TRANSFORMERS_MASKS, masking_utils)
+applied = apply(library_patches.TRANSFORMERS_MASKS, masking_utils)
 skip_patched, patched = measure(lambda: ignore_mask(padding, 16, 16, 0, 0))
 mask_patched, _ = measure(lambda: masking_utils.sdpa_mask(batch_size=2, q_length=16, kv_length=16,
                                                           attention_mask=padding))
@@ -56,7 +57,7 @@ loss = torch.tensor(2.5, device=device) * 2
 torch_xla.sync()
 gather = trainer_pt_utils.nested_xla_mesh_reduce
 gathered, unpatched = measure(lambda: gather(loss, "loss"))
-applied = library_patches._apply(library_patches.TRANSFORMERS_SINGLE_PROCESS_GATHER, trainer_pt_utils)
+applied = apply(library_patches.TRANSFORMERS_SINGLE_PROCESS_GATHER, trainer_pt_utils)
 gathered_patched, patched = measure(lambda: trainer_pt_utils.nested_xla_mesh_reduce(loss, "loss"))
 out["gather"] = {
     "applied": applied, "unpatched": unpatched, "patched": patched,
@@ -80,7 +81,7 @@ weights = {"a": torch.arange(6.0, device=device).reshape(2, 3), "b": torch.ones(
 torch_xla.sync()
 saved = os.path.join(tempfile.mkdtemp(), "w.safetensors")
 unpatched = crash(lambda: safetensors_torch.save_file(weights, saved))
-applied = library_patches._apply(library_patches.SAFETENSORS_SAVE, safetensors_torch)
+applied = apply(library_patches.SAFETENSORS_SAVE, safetensors_torch)
 patched = crash(lambda: safetensors_torch.save_file(weights, saved))
 loaded = safetensors_torch.load_file(saved) if patched is None else {}
 out["safetensors"] = {
@@ -96,7 +97,7 @@ from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 accelerate.PartialState()   # accelerate's logging needs it
 state = {"wte": weights["a"], "lm_head": weights["a"], "bias": weights["b"]}   # one tensor under two names
 unpatched = crash(lambda: accelerate_other.clean_state_dict_for_safetensors(dict(state)))
-applied = library_patches._apply(library_patches.ACCELERATE_STORAGE_IDS, accelerate_other)
+applied = apply(library_patches.ACCELERATE_STORAGE_IDS, accelerate_other)
 cleaned = accelerate_other.clean_state_dict_for_safetensors(dict(state))
 out["accelerate_ids"] = {"applied": applied, "unpatched_error": unpatched, "patched_keys": sorted(cleaned)}
 

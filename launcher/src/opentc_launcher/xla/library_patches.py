@@ -1,17 +1,9 @@
-"""Small, version-guarded fixes to libraries that mishandle XLA tensors.
+"""Small, version-guarded fixes to libraries that mishandle XLA tensors, applied on XLA runs only (how: patching.py).
 
 Two kinds: code that reads XLA tensors back to the host where it need not (on XLA a host read, `bool(tensor)`
 or `.item()`, makes the device finish everything queued before Python can go on: once per training step, it
-serialises the device with Python and erases what compiling buys), and code that fails on XLA
-tensors (saving). Where no setting of the library avoids it, the worker applies a patch
-here, on XLA runs only:
-
-- each patch waits for its target module to be imported by the script (nothing is imported early),
-- checks that the target still has the code it was written for, and refuses to apply otherwise (logged),
-  so a new library version can never be patched blindly,
-- is logged by name when armed and when applied,
-- and all of them are switched off with `--library-patches false` (or what the front end that started the launch
-  calls it: setting_names).
+serialises the device with Python and erases what compiling buys), and code that fails on XLA tensors (saving, the
+device checks of transformers 4.x).
 """
 
 from __future__ import annotations
@@ -20,36 +12,16 @@ import functools
 import inspect
 import logging
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..after_import import when_imported
+from ..patching import LibraryPatch, TargetChanged, arm
+from ..patching import source_of as _source
 from ..replace import replace_once
 from ..setting_names import setting
 from .named_settings import LIBRARY_PATCHES_OFF
 
 log = logging.getLogger("opentc_launcher")
-
-
-class TargetChanged(Exception):
-    """The code a patch was written for is not there (any more): the patch is not applied."""
-
-
-@dataclass(frozen=True)
-class LibraryPatch:
-    name: str                          # how the logs and the docs call it
-    module: str                        # applied right after this module is imported
-    why: str
-    apply: Callable[[ModuleType], None]   # raises TargetChanged when the module is not what it expects
-
-
-def _source(obj: object) -> str:
-    try:
-        return inspect.getsource(obj)  # type: ignore[arg-type]
-    except (OSError, TypeError):
-        return ""
 
 
 def _is_xla(tensor: object) -> bool:
@@ -283,7 +255,7 @@ def _sync_free_default_optimizer(module: ModuleType) -> None:
                             f"{SYNC_FREE_OPTIM}")
     said: list[bool] = []
 
-    def get_optimizer_cls_and_kwargs(args: Any, model: Any = None) -> Any:
+    def get_optimizer_cls_and_kwargs(args: Any, *model: Any) -> Any:   # transformers 5 passes the model, 4.x not
         chosen = str(getattr(args.optim, "value", args.optim))
         if (getattr(args, "fp16", False) and _is_xla(args) and chosen == str(getattr(default, "value", default))
                 and not _optim_named_on_command_line()):
@@ -297,7 +269,7 @@ def _sync_free_default_optimizer(module: ModuleType) -> None:
                          chosen)
             args = copy.copy(args)
             args.optim = OptimizerNames(SYNC_FREE_OPTIM)
-        return original(args, model)
+        return original(args, *model)
 
     if getattr(original, "__opentc_patch__", False):
         return
@@ -315,36 +287,123 @@ TRANSFORMERS_SYNC_FREE_OPTIMIZER = LibraryPatch(
 )
 
 
+# --- transformers 4.x: the fp16 and bf16 device checks ---------------------------------------------------------
+# TrainingArguments in transformers 4.x (to 4.45) allows fp16 on an XLA device only when get_xla_device_type() says
+# "GPU", torch-xla 1.x's name for XLA:GPU; torch-xla 2.x on PJRT names it "CUDA" (and XLA:CPU "CPU"), so a Training
+# Compiler script's fp16=True failed ("FP16 Mixed precision training ... can only be used on CUDA or NPU devices")
+# where AWS's images ran it. The check is the function's only use; transformers 4.46 dropped it and allows fp16 on
+# every XLA device, and so does the patch: XLA:CUDA and XLA:CPU answer "GPU".
+XLA_DEVICE_CHECK = 'get_xla_device_type(self.device) != "GPU"'
+
+
+def _xla_device_type_as_4x_knew_it(module: ModuleType) -> None:
+    original = getattr(module, "get_xla_device_type", None)
+    arguments = getattr(module, "TrainingArguments", None)
+    if not callable(original):
+        raise TargetChanged("transformers.training_args has no get_xla_device_type")
+    if XLA_DEVICE_CHECK not in _source(getattr(arguments, "__post_init__", None)):
+        raise TargetChanged("TrainingArguments no longer checks get_xla_device_type(self.device) for fp16")
+
+    def get_xla_device_type(device: Any) -> Any:
+        found = original(device)
+        return "GPU" if found in ("CUDA", "CPU") else found
+
+    replace_once(module, "get_xla_device_type", get_xla_device_type)
+
+
+TRANSFORMERS_4_XLA_DEVICE_TYPE = LibraryPatch(
+    name="transformers-4-fp16-on-xla",
+    module="transformers.training_args",
+    why="transformers 4.x allowed fp16 on XLA only on a device torch-xla 1.x called \"GPU\", which torch-xla 2 "
+        "calls \"CUDA\" (XLA:CPU \"CPU\"); both pass the check now, as every XLA device does from transformers 4.46",
+    apply=_xla_device_type_as_4x_knew_it,
+    unpatched="a script with fp16=True stops at TrainingArguments' device check",
+)
+
+
+# --- torch-xla 1.x's names for the world, which transformers 4.x calls -------------------------------------------
+# transformers before 4.3x (and accelerate 0.x) ask torch_xla.core.xla_model for xrt_world_size() and get_ordinal(),
+# the names of torch-xla 1.x's XRT runtime; torch-xla 2.7 keeps them in torch_xla.runtime only (world_size(),
+# global_ordinal()), so a Training Compiler script's Trainer failed on XLA ("module 'torch_xla.core.xla_model' has no
+# attribute 'get_ordinal'"). The patch gives the old names the new meanings, where they are missing.
+OLD_WORLD_NAMES = ("xrt_world_size", "get_ordinal")
+
+
+def _old_world_names(module: ModuleType) -> None:
+    if all(hasattr(module, name) for name in OLD_WORLD_NAMES):
+        raise TargetChanged("torch_xla.core.xla_model has xrt_world_size and get_ordinal itself")
+    import torch_xla.runtime as xr
+
+    if not callable(getattr(xr, "world_size", None)) or not callable(getattr(xr, "global_ordinal", None)):
+        raise TargetChanged("torch_xla.runtime has no world_size and global_ordinal")
+
+    def xrt_world_size(defval: int = 1) -> int:   # torch-xla 1.x's signature; defval was for a world not set up
+        return int(xr.world_size())
+
+    def get_ordinal(defval: int = 0) -> int:
+        return int(xr.global_ordinal())
+
+    for name, function in (("xrt_world_size", xrt_world_size), ("get_ordinal", get_ordinal)):
+        if not hasattr(module, name):
+            setattr(module, name, function)
+
+
+TORCH_XLA_1_WORLD_NAMES = LibraryPatch(
+    name="torch-xla-1-world-names",
+    module="torch_xla.core.xla_model",
+    why="transformers 4.x (before 4.3x) and accelerate 0.x call xm.xrt_world_size() and xm.get_ordinal(), torch-xla "
+        "1.x's names, which torch-xla 2 keeps in torch_xla.runtime only; they answer as world_size() and "
+        "global_ordinal() there",
+    apply=_old_world_names,
+    unpatched="a script of transformers 4.x's era stops where its Trainer asks for the world's size",
+)
+
+
+# --- transformers before 4.29: no local rank on XLA ----------------------------------------------------------------
+# TrainingArguments in transformers 4.x before 4.29 takes LOCAL_RANK (which the launcher sets for every worker, as
+# torchrun does) for a torch.distributed job, and its Trainer then wraps the model in DistributedDataParallel and
+# broadcasts through torch.distributed, on XLA too ("Default process group has not been initialized"). On XLA those
+# versions reduce gradients and count processes through torch-xla (xm.optimizer_step, xm.xrt_world_size), and
+# Training Compiler started them without LOCAL_RANK: on an XLA device the patch leaves their local_rank at -1.
+OLD_LOCAL_RANK = 'os.environ.get("LOCAL_RANK", -1)'
+
+
+def _no_local_rank_on_xla(module: ModuleType) -> None:
+    arguments: Any = getattr(module, "TrainingArguments", None)
+    original = getattr(arguments, "__post_init__", None)
+    if not callable(original) or OLD_LOCAL_RANK not in _source(original):
+        raise TargetChanged("TrainingArguments no longer reads LOCAL_RANK itself")
+    if "PartialState" in _source(getattr(arguments, "_setup_devices", None)):
+        raise TargetChanged("TrainingArguments sets devices up through accelerate")
+
+    def post_init(self: Any) -> None:
+        original(self)
+        if self.local_rank != -1 and _is_xla(self):
+            self.local_rank = -1
+
+    replace_once(arguments, "__post_init__", post_init)
+
+
+TRANSFORMERS_4_NO_LOCAL_RANK_ON_XLA = LibraryPatch(
+    name="transformers-4-no-local-rank-on-xla",
+    module="transformers.training_args",
+    why="transformers before 4.29 took LOCAL_RANK for a torch.distributed job on XLA too (DDP, torch.distributed "
+        "broadcasts); on an XLA device its local_rank stays -1, as under Training Compiler, and torch-xla counts "
+        "the processes",
+    apply=_no_local_rank_on_xla,
+    unpatched="a Trainer script of transformers 4.x before 4.29 stops at torch.distributed on XLA",
+)
+
+
 # Tied weights after the move to XLA need no patch: the worker turns on torch's own switch for it
 # (xla.parameters.keep_parameters_on_move), which keeps every Parameter, so accelerate's prepare keeps the ties.
 PATCHES: tuple[LibraryPatch, ...] = (TRANSFORMERS_MASKS, TRANSFORMERS_SINGLE_PROCESS_GATHER, SAFETENSORS_SAVE,
                                      ACCELERATE_STORAGE_IDS, ACCELERATE_XLA_GRAD_SCALER,
-                                     ACCELERATE_SCALER_SEES_THE_OPTIMIZER, TRANSFORMERS_SYNC_FREE_OPTIMIZER)
-
-
-# --- applying them after import -----------------------------------------------------------------------------
-
-def _apply(patch: LibraryPatch, module: ModuleType) -> bool:
-    version = getattr(sys.modules.get(patch.module.split(".")[0]), "__version__", "?")
-    try:
-        patch.apply(module)
-    except TargetChanged as e:
-        log.warning("library patch %s not applied: %s (%s %s); the host reads it removes stay. "
-                    "Tell the image's maintainers.", patch.name, e, patch.module.split(".")[0], version)
-        return False
-    log.info("library patch %s applied to %s %s: %s", patch.name, patch.module.split(".")[0], version, patch.why)
-    return True
-
-
-def _apply_when_imported(patch: LibraryPatch, module: ModuleType) -> None:
-    _apply(patch, module)
+                                     ACCELERATE_SCALER_SEES_THE_OPTIMIZER, TRANSFORMERS_SYNC_FREE_OPTIMIZER,
+                                     TRANSFORMERS_4_XLA_DEVICE_TYPE, TORCH_XLA_1_WORLD_NAMES,
+                                     TRANSFORMERS_4_NO_LOCAL_RANK_ON_XLA)
 
 
 def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
-    """Arm every patch: applied now if its module is already imported, else right after its import (whoever
-    imports it). Returns the names armed."""
-    for patch in patches:
-        when_imported(patch.module, functools.partial(_apply_when_imported, patch))
-    names = [p.name for p in patches]
-    log.info("library patches armed for XLA: %s (off with %s)", ", ".join(names), setting(LIBRARY_PATCHES_OFF))
-    return names
+    """Arm every XLA patch (patching.arm). Returns the names armed."""
+    return arm(patches, "for XLA", setting(LIBRARY_PATCHES_OFF))
