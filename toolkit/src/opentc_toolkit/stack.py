@@ -1,9 +1,9 @@
-"""The packages that must move together, pinned at the versions installed here: torch, torch-xla, the XLA:CUDA
-plugin and ptxas, triton, and torch's CUDA wheels (nvidia-*, and cuda-* since torch 2.9: cuda-toolkit,
-cuda-bindings, cuda-pathfinder).
+"""The packages that must move together, pinned at the versions installed here: torch, torchvision (built against
+one torch), torch-xla, the XLA:CUDA plugin and ptxas, triton, and torch's CUDA wheels (nvidia-*, and cuda-* since
+torch 2.9: cuda-toolkit, cuda-bindings, cuda-pathfinder).
 
 A user's requirements.txt is installed under these pins (transformers, datasets and the rest stay free to
-upgrade), so an unpinned `torchvision` cannot pull a newer torch and CUDA under torch-xla. The image writes
+upgrade), so an unpinned `torchaudio` cannot pull a newer torch and CUDA under torch-xla. The image writes
 the same pins to /opt/opentc/stack-constraints.txt and points PIP_CONSTRAINT at it, so a derived image's own
 `pip install` gets the same protection. `python -m opentc_toolkit.stack` prints them.
 """
@@ -14,7 +14,7 @@ import importlib.metadata as metadata
 import re
 from collections.abc import Iterable, Mapping
 
-STACK = ("torch", "torch-xla", "jax-cuda12-pjrt", "triton")
+STACK = ("torch", "torch-xla", "jax-cuda12-pjrt", "triton", "torchvision")
 STACK_PREFIXES = ("nvidia-", "cuda-")
 
 
