@@ -50,6 +50,7 @@ class StepSeconds(TypedDict, total=False):
     p90: float | None
     measured_steps: int | None
     warmup_steps: int | None
+    compiling_left_out: int | None   # later steps that compiled a graph, not in median and p90
 
 
 class Throughput(TypedDict, total=False):
@@ -274,9 +275,13 @@ def headline(summary: JobSummary) -> str:
     steps = summary.get("step_seconds") or StepSeconds()
     throughput = summary.get("throughput") or Throughput()
     compile_ = summary.get("compile")
-    parts = [f"{summary.get('backend')} on {summary.get('device')}, {summary.get('workers')} worker(s)",
-             f"{summary.get('optimizer_steps', 0)} optimizer steps",
-             f"median step {_number(_ms(steps.get('median')), ' ms')} (p90 {_number(_ms(steps.get('p90')), ' ms')})"]
+    workers, optimizer_steps = summary.get("workers"), summary.get("optimizer_steps", 0)
+    parts = [f"{summary.get('backend')} on {summary.get('device')}, "
+             + ("workers unknown" if workers is None else f"{workers} worker(s)"),
+             "optimizer steps unknown" if optimizer_steps is None else f"{optimizer_steps} optimizer steps",
+             f"median step {_number(_ms(steps.get('median')), ' ms')} (p90 {_number(_ms(steps.get('p90')), ' ms')}"
+             + (f"; {steps['compiling_left_out']} step(s) that compiled left out)" if steps.get("compiling_left_out")
+                else ")")]
     if throughput.get("samples_per_second") is not None:
         parts.append(f"{_number(throughput['samples_per_second'], ' samples/s')}"
                      + (f", {_number(throughput['tokens_per_second'], ' tokens/s', 0)}"

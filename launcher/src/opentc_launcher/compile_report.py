@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .files import strict_json, write_atomically
-from .setting_names import MAX_COMPILATIONS, setting
+from .setting_names import MAX_COMPILATIONS, WARMUP_STEPS, setting
 
 log = logging.getLogger("opentc_launcher")
 
@@ -45,6 +47,8 @@ NOTHING_COMPILED = "nothing_compiled"
 CACHE_LOAD_FAILURES = "cache_load_failures"
 COMPILATION_LIMIT = "compilation_limit"
 PER_LAYER_RECOMPILATION = "per_layer_recompilation"
+LATE_COMPILATION = "late_compilation"
+MAX_MOMENTS = 1000
 
 
 @dataclass
@@ -58,9 +62,14 @@ class CompileTimeline:
     after_warmup: int = 0
     late_points: int = 0                  # different steps at which graphs appeared after warm-up
     steps_with_new_graphs: list[int] = field(default_factory=list)
+    # When new graphs were seen (time.monotonic(), right after they compiled): the step whose time holds one paid for
+    # the compilation, and is left out of the step times (measurements.step_statistics).
+    compiled_at: list[float] = field(default_factory=list)
 
     def observe(self, steps: int, compiles: int) -> None:
         new = compiles - self.compiles_seen
+        if new > 0 and len(self.compiled_at) < MAX_MOMENTS:
+            self.compiled_at.append(time.monotonic())
         if new > 0 and steps > self.warmup_steps:
             self.after_warmup += new
             if not self.steps_with_new_graphs or self.steps_with_new_graphs[-1] != steps:
@@ -80,6 +89,19 @@ class CompileTimeline:
         return Finding(f"{self.after_warmup} graph(s) were compiled after warm-up (step {self.warmup_steps}), at "
                        f"{self.late_points} different steps ({where}, ...): input shapes are changing between "
                        f"steps.", SHAPES_FIX, RECOMPILATION)
+
+
+def late_compilation_finding(stats: Mapping[str, Any]) -> Finding | None:
+    """When steps after warm-up compiled new graphs and took more than twice the others' median: said, with what was
+    done about it (they are left out of the step times). A step that compiled a small graph is left out silently."""
+    left_out, slowest, median = stats.get("compiling_left_out"), stats.get("slowest_left_out"), stats.get("median")
+    if not left_out or slowest is None or not median or slowest <= 2 * median:
+        return None
+    return Finding(f"{left_out} step(s) after warm-up (step {stats.get('warmup_steps')}) compiled new graphs, the "
+                   f"slowest taking {slowest:.1f} s against a median of {median * 1000:.0f} ms for the others: "
+                   f"they are left out of the job summary's step times, which would otherwise measure compilation.",
+                   f"if they compile once (an evaluation, a last smaller batch), give the warm-up more steps "
+                   f"({setting(WARMUP_STEPS)}); if new shapes keep coming, {SHAPES_FIX}", LATE_COMPILATION)
 
 
 def recompilation_warning(process: str, timeline: CompileTimeline, compiles: int) -> str:

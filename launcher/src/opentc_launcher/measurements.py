@@ -13,6 +13,7 @@ Written at the end as the worker's record (worker_record.py); the toolkit puts t
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import resource
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 from array import array
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -113,6 +115,13 @@ def host_peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def children_usage() -> tuple[float, float]:
+    """(CPU seconds, peak resident MB) of the processes this one started and waited for, theirs included: a script
+    that starts its own workers (torch.distributed.launch from inside the entry point) trains there."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
 def cuda_peak_memory_mb() -> float | None:
     """CUDA's allocator peak on this process's device, when torch is imported and CUDA is in use."""
     torch = sys.modules.get("torch")
@@ -124,13 +133,24 @@ def cuda_peak_memory_mb() -> float | None:
     return None
 
 
-def step_statistics(steps: StepCounter, warmup: int) -> StepTimes:
+def step_statistics(steps: StepCounter, warmup: int, compiled_at: Sequence[float] = ()) -> StepTimes:
     """Seconds between optimizer steps once warm: the first `warmup` steps are left out (all but the first when
-    the job had too few)."""
+    the job had too few), and so are the later steps that compiled a graph (`compiled_at`: time.monotonic() of each
+    new graph), unless they are more than a third of the rest: then compiling is the job's steady state, and stays."""
     ends = steps.step_ends
     skip = warmup if len(ends) > warmup + 1 else min(1, len(ends))
-    durations = [ends[i] - ends[i - 1] for i in range(max(skip, 1), len(ends))]
-    stats = StepTimes(measured_steps=len(durations), warmup_steps=skip, median=None, p90=None)
+    measured = range(max(skip, 1), len(ends))
+    compiling = set()
+    for moment in compiled_at:
+        i = bisect.bisect_left(ends, moment)   # the step whose time (ends[i - 1], ends[i]] holds the moment
+        if i in measured:
+            compiling.add(i)
+    if len(compiling) * 3 > len(measured):
+        compiling = set()
+    durations = [ends[i] - ends[i - 1] for i in measured if i not in compiling]
+    stats = StepTimes(measured_steps=len(durations), warmup_steps=skip, median=None, p90=None,
+                      compiling_left_out=len(compiling),
+                      slowest_left_out=max((ends[i] - ends[i - 1] for i in compiling), default=None))
     if durations:
         stats["median"] = statistics.median(durations)
         stats["p90"] = statistics.quantiles(durations, n=10, method="inclusive")[-1] if len(durations) > 1 \

@@ -49,6 +49,7 @@ def option_setting(name: str, value: str | None = None) -> Setting:
 ONE_WORKER_PER_HOST = Setting("--nproc-per-node 1")   # opentc-run's option, not a worker's
 COMPILER_OFF = option_setting("backend", "eager")
 MAX_COMPILATIONS = option_setting("max_compilations")
+WARMUP_STEPS = option_setting("warmup_steps")
 DEFAULTS_OFF = option_setting("defaults_off")
 
 

@@ -22,6 +22,8 @@ class StepTimes(TypedDict):
     warmup_steps: int     # the steps left out: the warm-up asked for, or all but the first when there were too few
     median: float | None
     p90: float | None
+    compiling_left_out: int          # later steps that compiled a graph, left out of median and p90
+    slowest_left_out: float | None   # the longest of them, seconds
 
 
 class Rates(TypedDict):
@@ -71,6 +73,8 @@ class WorkerRecord(TypedDict):
     findings: list[str]           # what the worker found wrong with the script
     compile_findings: list[CompileFinding]
     model: ModelFigures | None    # None: no model seen, or none that trains
+    children_cpu_seconds: float   # of the processes the script started and waited for (measurements.children_usage)
+    children_peak_memory_mb: float
 
 
 def record_path(folder: str, process: str) -> str:

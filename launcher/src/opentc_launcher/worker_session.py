@@ -13,18 +13,25 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from . import exit_codes
-from .compile_report import CompileReport, log_report, write_compile_report
+from .compile_report import CompileReport, late_compilation_finding, log_report, write_compile_report
+from .era_patches import install as install_era_patches
 from .failure_records import record_error
 from .identity import WorkerIdentity
 from .idle_optimizer import IdleOptimizerCheck
 from .ignored_fp16 import IgnoredFp16Check
-from .measurements import BatchWatch, cuda_peak_memory_mb, host_peak_memory_mb, step_statistics
+from .measurements import (
+    BatchWatch,
+    children_usage,
+    cuda_peak_memory_mb,
+    host_peak_memory_mb,
+    step_statistics,
+)
 from .model_watch import ModelWatch
 from .options import WorkerOptions
 from .script_findings import ScriptFindings
 from .steps import StepCounter
 from .uneven_shards import UnevenShardsCheck
-from .worker_record import CompiledFigures, CompileFinding, WorkerRecord, write_record
+from .worker_record import CompiledFigures, CompileFinding, StepTimes, WorkerRecord, write_record
 
 log = logging.getLogger("opentc_launcher")
 
@@ -52,6 +59,8 @@ class WorkerSession:
         self.idle_optimizers.install()
         self.uneven_shards.install()
         self.ignored_fp16.install()
+        if self.options.library_patches:
+            install_era_patches()
         if self.options.summary_dir:
             self.batches.install()
             self.model.install()
@@ -68,6 +77,10 @@ class WorkerSession:
         """The backend's report of what it compiled; None for a backend that compiles nothing."""
         return None
 
+    def compiled_at(self) -> list[float]:
+        """When the backend saw new graphs (time.monotonic()): the steps that compiled, left out of the step times."""
+        return []
+
     def peak_memory(self) -> tuple[float, str]:
         """(MB, what it measured): CUDA's allocator peak when the script used CUDA, else the process's peak."""
         cuda = cuda_peak_memory_mb()
@@ -82,10 +95,14 @@ class WorkerSession:
         """The compile report (file and log line) and the measurements, at the end or when a limit stops the
         process."""
         self.idle_optimizers.conclude()   # a verdict on the whole job, before the record that carries it
+        stats = step_statistics(self.steps, self.options.warmup_steps, self.compiled_at())
         if report is not None:
+            late = late_compilation_finding(stats)
+            if late is not None:
+                report.findings.append(late)
             log_report(report, write_compile_report(report, self.options.compile_report_dir))
         if self.options.summary_dir:
-            write_record(self.options.summary_dir, self.measurements(exit_code, report))
+            write_record(self.options.summary_dir, self.measurements(exit_code, report, stats))
 
     def stop_at_compilation_limit(self, message: str, build_report: Callable[[int], CompileReport]) -> NoReturn:
         """Stop this worker now, with the compile report and the reason, from whichever thread saw the limit
@@ -99,15 +116,15 @@ class WorkerSession:
         sys.stderr.flush()
         os._exit(exit_codes.COMPILATION_LIMIT)   # the main thread may be inside a compilation: do not wait
 
-    def measurements(self, exit_code: int, report: CompileReport | None) -> WorkerRecord:
+    def measurements(self, exit_code: int, report: CompileReport | None, stats: StepTimes) -> WorkerRecord:
         steps = self.steps
-        stats = step_statistics(steps, self.options.warmup_steps)
         ends = steps.step_ends
         throughput = None
         if len(ends) >= 2:
             start = ends[stats["warmup_steps"] - 1] if stats["warmup_steps"] else ends[0]
             throughput = self.batches.rates(start, ends[-1])
         memory, kind = self.peak_memory()
+        children_cpu, children_memory = children_usage()
         return WorkerRecord(
             process=self.process, rank=self.identity.rank, world_size=self.identity.world_size,
             backend=self.options.backend, device=self.options.device, exit_code=exit_code,
@@ -122,4 +139,5 @@ class WorkerSession:
             # the compile report's findings, each with its kind: the job summary keeps one of each kind
             compile_findings=[CompileFinding(kind=f.kind, text=f.text()) for f in report.findings] if report else [],
             model=self.model.figures,
+            children_cpu_seconds=round(children_cpu, 2), children_peak_memory_mb=round(children_memory, 1),
         )

@@ -91,6 +91,24 @@ def _utilisation(first: WorkerRecord | None, device: str | None, gpu: str | None
         throughput.get("samples_per_second") if measured else None, workers_on_this_host or 1))
 
 
+# A script that starts its own workers (AWS's launch_pt_dt_sm_native.py runs torch.distributed.launch from inside the
+# entry point) trains in processes the launcher does not see: the worker counts no step, while its children worked.
+SELF_LAUNCHED_CPU_SECONDS = 2.0
+
+
+def self_launched(record: WorkerRecord | None) -> str | None:
+    """Why this summary cannot count the job's workers and steps, when the script trained in processes of its own."""
+    if not record or record.get("optimizer_steps") or (record.get("children_cpu_seconds") or 0) < \
+            SELF_LAUNCHED_CPU_SECONDS:
+        return None
+    return (f"the script started processes of its own that did the work ({record['children_cpu_seconds']:.0f} "
+            f"CPU-seconds, while the launcher's worker saw no optimizer step): they are not the launcher's workers, "
+            f"so this summary cannot count their workers, optimizer steps, step times or throughput from batches, "
+            f"and shows them as unknown. To fix: let the image start the workers: make the training script the entry "
+            f"point (sagemaker_program) and ask for one worker per GPU with the distribution (torch_distributed, or "
+            f"pytorchxla with the compiler), not with a launcher script of your own.")
+
+
 def findings(records: list[WorkerRecord]) -> list[str]:
     """What the workers found wrong with the script (an optimizer that trains nothing), each once, then what their
     compile reports found (host reads, graph breaks, recompilation, CPU fallbacks), one of each kind: the lowest
@@ -109,7 +127,7 @@ def _step_seconds(record: WorkerRecord | None) -> StepSeconds:
     if not times:
         return StepSeconds(median=None, p90=None, measured_steps=0)
     return StepSeconds(median=times.get("median"), p90=times.get("p90"), measured_steps=times.get("measured_steps"),
-                       warmup_steps=times.get("warmup_steps"))
+                       warmup_steps=times.get("warmup_steps"), compiling_left_out=times.get("compiling_left_out"))
 
 
 def _compiled(record: WorkerRecord | None) -> Compiled | None:
@@ -128,6 +146,9 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
     first_steps = [at for r in records if (at := r.get("first_step_at"))]
     memory = [mb for r in records if (mb := r.get("peak_memory_mb")) is not None]
     device = plan.options.device if plan else None
+    unseen = self_launched(first) if outcome.succeeded else None   # a job that failed first is said as it is
+    if unseen and device == "cpu":   # the processes that trained: their peak resident memory is theirs
+        memory += [r.get("children_peak_memory_mb") or 0.0 for r in records]
     throughput = _throughput(records, recorder.lines.trainer_rates())
     return JobSummary(
         format=FORMAT,
@@ -136,7 +157,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
                            headline=outcome.message.split("\n", 1)[0] or None),
         backend=settings.backend_name if settings else None,
         device=device,
-        workers=plan.world.size if plan else None,
+        workers=plan.world.size if plan and not unseen else None,
         workers_on_this_host=plan.world.workers_per_host if plan else None,
         hosts=list(job.hosts) if job else [],
         current_host=job.current_host if job else None,
@@ -144,14 +165,14 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
                            "transformers": version("transformers"), "opentc": version("opentc-toolkit")}),
         wall_seconds=round(time.time() - recorder.started, 3),
         first_step_seconds=round(min(first_steps) - recorder.started, 3) if first_steps else None,
-        optimizer_steps=first.get("optimizer_steps", 0) if first else 0,
-        step_seconds=_step_seconds(first),
+        optimizer_steps=None if unseen else first.get("optimizer_steps", 0) if first else 0,
+        step_seconds=_step_seconds(None if unseen else first),
         throughput=throughput,
         utilisation=_utilisation(first, device, gpu, throughput, plan.world.workers_per_host if plan else None),
         loss=recorder.lines.loss(),
         peak_memory_mb=max(memory) if memory else None,
         compile=_compiled(first),
-        findings=findings(records),
+        findings=([unseen] if unseen else []) + findings(records),
         processes=[dict(record) for record in records],
     )
 

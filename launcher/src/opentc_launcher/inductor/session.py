@@ -265,6 +265,9 @@ class InductorSession(WorkerSession):
         self.stop_at_compilation_limit(message, self._build_report)
 
     # -- after it ---------------------------------------------------------------------------------------------
+    def compiled_at(self) -> list[float]:
+        return self.timeline.compiled_at
+
     def compile_report(self, exit_code: int) -> CompileReport | None:
         if not self.options.compile_report_dir:
             return None

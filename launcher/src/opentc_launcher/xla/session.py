@@ -117,6 +117,9 @@ class XlaSession(WorkerSession):
         """The compile monitor saw the limit passed (from its thread, or after a sync)."""
         self.stop_at_compilation_limit(limit_message(compiles, self.options.max_compilations), self._build_report)
 
+    def compiled_at(self) -> list[float]:
+        return self.monitor.timeline.compiled_at if self.monitor is not None else []
+
     def compile_report(self, exit_code: int) -> CompileReport | None:
         if self.monitor is None:
             return None
