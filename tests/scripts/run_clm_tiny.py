@@ -113,6 +113,7 @@ def main():
             json.dump({"device": str(training_args.device), "losses": losses,
                        "train_loss": result.training_loss, "blocks": len(lm_dataset),
                        "torch_xla_imported": "torch_xla" in sys.modules,
+                       "gradient_checkpointing": trainer.model.is_gradient_checkpointing,
                        # FSDP2 (--fsdp with fsdp_version 2) leaves DTensor parameters; DDP plain ones
                        "sharded": any(type(p).__name__ == "DTensor" for p in trainer.model.parameters())}, f)
 

@@ -2,15 +2,17 @@
 
 Two kinds: code that reads XLA tensors back to the host where it need not (on XLA a host read, `bool(tensor)`
 or `.item()`, makes the device finish everything queued before Python can go on: once per training step, it
-serialises the device with Python and erases what compiling buys), and code that fails on XLA tensors (saving, the
-device checks of transformers 4.x).
+serialises the device with Python and erases what compiling buys), and code that fails on XLA tensors (saving,
+gradient checkpointing, the device checks of transformers 4.x).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import logging
+import re
 import sys
 from types import ModuleType
 from typing import Any
@@ -395,13 +397,73 @@ TRANSFORMERS_4_NO_LOCAL_RANK_ON_XLA = LibraryPatch(
 )
 
 
+# --- torch: gradient checkpointing on XLA --------------------------------------------------------------------
+# torch.utils.checkpoint stashes the RNG of its inputs' device before the forward and restores it for the recompute
+# (so that dropout draws the same mask twice), through the device's module, `getattr(torch, device.type)`; so does
+# torch.random.fork_rng, which it calls. torch-xla 2.7 registers no `torch.xla`, so every checkpointed forward on XLA
+# failed ("module 'torch' has no attribute 'xla'"), with use_reentrant True and False: transformers'
+# gradient_checkpointing, TRL's SFT default. The root cause is the missing registration, and torch's own error for it
+# names the fix (`torch._register_device_module`): the patch registers xla/device_module.py, torch-xla's RNG behind
+# the names those callers use. Wrapping checkpoint instead would leave fork_rng and every other caller failing;
+# torch-xla's own utils.checkpoint takes use_reentrant=True only, while transformers 5 passes False.
+# The patch refuses to apply when the callers ask the device module for anything device_module.py lacks.
+RNG_CALLERS = {"torch.utils.checkpoint": ("get_device_states", "set_device_states", "CheckpointFunction",
+                                          "_checkpoint_without_reentrant_generator"),
+               "torch.random": ("fork_rng",)}
+_DEVICE_MODULE_USE = re.compile(r"\bdevice_mod(?:ule)?\.(\w+)|getattr\(\s*device_mod(?:ule)?,\s*[\"'](\w+)[\"']")
+
+
+def device_module_names_used() -> set[str]:
+    """What torch's RNG-forking code asks of a device module (read from its source), or TargetChanged."""
+    used: set[str] = set()
+    for module_name, functions in RNG_CALLERS.items():
+        module = importlib.import_module(module_name)
+        for function in functions:
+            source = _source(getattr(module, function, None))
+            if not source:
+                raise TargetChanged(f"{module_name}.{function} is not there")
+            used |= {a or b for a, b in _DEVICE_MODULE_USE.findall(source)}
+    return used
+
+
+def _register_xla_device_module(module: ModuleType) -> None:
+    import torch
+
+    from . import device_module
+
+    if getattr(torch, "xla", None) is device_module:
+        return
+    if hasattr(torch, "xla"):
+        raise TargetChanged("torch.xla exists already: torch-xla registers a device module itself now")
+    random_source = _source(getattr(torch.random, "fork_rng", None))
+    if ("getattr(torch, device)" not in _source(getattr(module, "_get_device_module", None))
+            or "getattr(torch, device_type, None)" not in random_source):
+        raise TargetChanged("torch.utils.checkpoint and torch.random.fork_rng no longer find a device's module as "
+                            "getattr(torch, device type)")
+    missing = sorted(device_module_names_used() - set(device_module.__all__))
+    if missing:
+        raise TargetChanged(f"torch's checkpoint and fork_rng now ask a device module for {', '.join(missing)}")
+    torch._register_device_module("xla", device_module)
+
+
+TORCH_CHECKPOINT_XLA_RNG = LibraryPatch(
+    name="torch-checkpoint-xla-rng",
+    module="torch.utils.checkpoint",
+    why="gradient checkpointing (torch.utils.checkpoint, transformers' gradient_checkpointing) failed on XLA for want "
+        "of a torch.xla device module; torch-xla's RNG is registered as one, so the recompute draws the forward's "
+        "dropout masks",
+    apply=_register_xla_device_module,
+    unpatched="gradient checkpointing fails on XLA (\"module 'torch' has no attribute 'xla'\")",
+)
+
+
 # Tied weights after the move to XLA need no patch: the worker turns on torch's own switch for it
 # (xla.parameters.keep_parameters_on_move), which keeps every Parameter, so accelerate's prepare keeps the ties.
 PATCHES: tuple[LibraryPatch, ...] = (TRANSFORMERS_MASKS, TRANSFORMERS_SINGLE_PROCESS_GATHER, SAFETENSORS_SAVE,
                                      ACCELERATE_STORAGE_IDS, ACCELERATE_XLA_GRAD_SCALER,
                                      ACCELERATE_SCALER_SEES_THE_OPTIMIZER, TRANSFORMERS_SYNC_FREE_OPTIMIZER,
                                      TRANSFORMERS_4_XLA_DEVICE_TYPE, TORCH_XLA_1_WORLD_NAMES,
-                                     TRANSFORMERS_4_NO_LOCAL_RANK_ON_XLA)
+                                     TRANSFORMERS_4_NO_LOCAL_RANK_ON_XLA, TORCH_CHECKPOINT_XLA_RNG)
 
 
 def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
