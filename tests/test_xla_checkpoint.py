@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import BIN, SCRIPTS, clean_env, run_train
+from opentc_launcher.patching import apply
 from opentc_launcher.xla import device_module, library_patches
 from opentc_launcher.xla.library_patches import TORCH_CHECKPOINT_XLA_RNG
 
@@ -58,7 +59,7 @@ def test_a_torch_that_registers_its_own_xla_module_is_left_alone(monkeypatch, ca
     theirs = object()
     monkeypatch.setattr(torch, "xla", theirs, raising=False)
     with caplog.at_level(logging.WARNING, logger="opentc_launcher"):
-        assert library_patches._apply(TORCH_CHECKPOINT_XLA_RNG, checkpoint) is False
+        assert apply(TORCH_CHECKPOINT_XLA_RNG, checkpoint) is False
     assert "library patch torch-checkpoint-xla-rng not applied: torch.xla exists already" in caplog.text
     assert torch.xla is theirs
 

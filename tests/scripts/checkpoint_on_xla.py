@@ -16,6 +16,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 
+from opentc_launcher.patching import apply
 from opentc_launcher.xla import library_patches
 
 P = 0.5
@@ -86,7 +87,7 @@ def error_of(fn):
 
 
 out = {"unpatched_error": {str(r): error_of(lambda r=r: on_xla(use_reentrant=r)) for r in (True, False)},
-       "applied": library_patches._apply(library_patches.TORCH_CHECKPOINT_XLA_RNG, checkpoint),
+       "applied": apply(library_patches.TORCH_CHECKPOINT_XLA_RNG, checkpoint),
        "device_module": getattr(torch, "xla", None).__name__}
 
 plain, rng_after_plain = on_xla()

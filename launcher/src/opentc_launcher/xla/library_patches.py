@@ -332,6 +332,8 @@ OLD_WORLD_NAMES = ("xrt_world_size", "get_ordinal")
 
 
 def _old_world_names(module: ModuleType) -> None:
+    if not callable(getattr(module, "xla_device", None)):
+        raise TargetChanged("torch_xla.core.xla_model is not the one with xla_device()")
     if all(hasattr(module, name) for name in OLD_WORLD_NAMES):
         raise TargetChanged("torch_xla.core.xla_model has xrt_world_size and get_ordinal itself")
     import torch_xla.runtime as xr
