@@ -1,6 +1,7 @@
 """A Python for jobs whose requirements.txt moves the Hugging Face stack (transformers 4.x), without touching the test
 venv: a venv of its own that sees every package the test venv has, as the image's Python does, except pytest (the
-image has none, and transformers 4.x's testing_utils, which scripts of its era import, breaks on pytest 8). What the
+image has none, and transformers 4.x's testing_utils, which scripts of its era import, breaks on pytest 8; nor TRL
+and PEFT, which need transformers 5). What the
 job's pip installs goes into the overlay, in front of the test venv's packages; the test venv is never changed (pip
 leaves packages outside its environment alone). Also an era-neutral tokenizer channel: vocab.json and merges.txt, as
 GPT-2's own folder holds them, which transformers 4.x and 5 both load (a tokenizer.json written by today's
@@ -18,7 +19,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
-HIDDEN = re.compile(r"(_?pytest|py\.py$|xdist)")   # what the image does not have and changes transformers 4.x
+# What the test venv has and the image does not: pytest (transformers 4.x's testing_utils breaks on pytest 8), and
+# TRL and PEFT (tests/third_party/trl), whose need of transformers 5 would fail a 4.x job's pip check.
+HIDDEN = re.compile(r"(_?pytest|py\.py$|xdist|trl\b|trl-|peft\b|peft-)")
 
 
 def overlay_python(folder: Path) -> Path:

@@ -117,6 +117,21 @@ def test_the_gpt2_notebooks_native_baseline_trains_with_the_compiled_jobs_losses
     assert losses(native) == pytest.approx(losses(compiled), rel=2e-2), (losses(native), losses(compiled))
 
 
+def test_the_multi_node_notebooks_run_clm_trains_compiled_as_shipped(gpt2, tmp_path):
+    """language-modeling-multi-gpu-multi-node.ipynb (a75d5f2): its own run_clm.py and requirements.txt (transformers
+    4.38), the wikitext hyperparameters (no fp16), compiled; one host of the notebook's two here."""
+    train, runs = gpt2
+    channels = runs["compiled"][0].root / "input" / "data"
+    hyperparameters = {k: v for k, v in GPT2_HYPERPARAMETERS.items() if k != "fp16"}
+    job = folder_job(tmp_path / "multi-node", MULTI_NODE, "run_clm.py",
+                     {**hyperparameters, "learning_rate": float("5e-5") / 32 * 8 * 300, **COMPILED},
+                     {"train": channels / "train", "tokenizer": channels / "tokenizer"})
+    result = run_in(train, job)
+    assert result.returncode == 0, result.output[-5000:]
+    summary = job.read_json("output/data/job-summary.json")
+    assert summary["backend"] == "xla" and summary["optimizer_steps"] == GPT2_HYPERPARAMETERS["max_steps"]
+
+
 # -- the single-GPU notebooks (bert-base-cased, roberta-base, albert-base-v2): a Trainer script, transformers 4.25.1 --
 # Each notebook: {"epochs": ..., "train_batch_size": ..., "model_name": <the hub's>, "learning_rate": ...}, the
 # compiled job's batch and rate (a75d5f2); the model name is a folder channel here, the data sets (saved with
