@@ -74,10 +74,12 @@ def probe(line: int, backend: str, work: Path) -> dict:
     job = job_for(line, root, backend)
     started = time.monotonic()
     result = run_train(job, timeout=1800, command=train)
-    failure = (job.root / "output" / "failure")
-    first = failure.read_text().splitlines()[0] if failure.exists() and failure.read_text().strip() else ""
+    failure = job.root / "output" / "failure"
+    lines = [line.strip() for line in failure.read_text().splitlines() if line.strip()] if failure.exists() else []
+    # The failure's first line, and the cause after it (the exception, or what pip had to build).
+    first = " ".join(lines[:2]).replace(str(root), "...")
     return {"line": f"4.{line}", "backend": backend, "exit_code": result.returncode,
-            "seconds": round(time.monotonic() - started, 1), **versions(train), "failure": first[:300]}
+            "seconds": round(time.monotonic() - started, 1), **versions(train), "failure": first[:400]}
 
 
 def table(rows: list[dict]) -> str:
@@ -85,6 +87,8 @@ def table(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         outcome = "trains" if r["exit_code"] == 0 else f"exit {r['exit_code']}: {r['failure']}"
+        if "could not be installed" in r["failure"]:   # the overlay still shows the venv's own: nothing to list
+            r = {"line": r["line"], "seconds": r["seconds"]}
         lines.append(f"| {r['line']} | {r.get('transformers', '-')} | {r.get('huggingface-hub', '-')} | "
                      f"{r.get('tokenizers', '-')} | {r.get('datasets', '-')} | {r.get('accelerate', '-')} | "
                      f"{outcome.replace('|', '/')} | {r['seconds']} |")

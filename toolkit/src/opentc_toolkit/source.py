@@ -118,9 +118,10 @@ def _pip_reason(stderr: str) -> str:
     reason = "\n".join(lines[first_error:]) if first_error is not None else last_lines(stderr)
     built = _build_failures(lines)
     if built:
-        era = (" transformers before 4.23 needs a tokenizers older than 0.13, which has no wheel for Python "
-               f"{PYTHON} (it builds only with Rust and the network): pin transformers 4.23 or later, or leave "
-               "tokenizers unpinned." if "tokenizers" in built else "")
+        era = (" transformers 4.11 to 4.15 and 4.18 to 4.22 need a tokenizers older than 0.13, which has no wheel "
+               f"for Python {PYTHON} (it builds only with Rust and the network): pin transformers 4.23 or later "
+               "(benchmarks/RESULTS.md lists the lines that train), or leave tokenizers unpinned." if "tokenizers"
+               in built else "")
         reason = (f"{', '.join(built)} had to be built from source, since no release the requirements allow has a "
                   f"wheel for this image's Python {PYTHON}, and the build failed.{era} Ask for versions with a "
                   f"wheel for Python {PYTHON} (pypi.org lists each release's files).\n{reason}")
