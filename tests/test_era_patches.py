@@ -7,7 +7,7 @@ import types
 import pytest
 
 from opentc_launcher import era_patches
-from opentc_launcher.patching import TargetChanged
+from opentc_launcher.patching import NotNeeded
 from opentc_launcher.xla import library_patches
 
 
@@ -56,7 +56,7 @@ def test_an_accelerate_that_takes_the_arguments_itself_is_left_alone():
             pass
 
     module.Accelerator = Accelerator
-    with pytest.raises(TargetChanged, match="takes the DataLoader arguments itself"):
+    with pytest.raises(NotNeeded, match="takes the DataLoader arguments itself"):
         era_patches.ACCELERATE_DATALOADER_ARGUMENTS.apply(module)
 
 
@@ -111,7 +111,7 @@ def test_transformers_5_has_no_such_check_and_is_left_alone():
             pass
 
     module.TrainingArguments = Arguments
-    with pytest.raises(TargetChanged, match="no longer checks"):
+    with pytest.raises(NotNeeded, match="no longer checks"):
         library_patches.TRANSFORMERS_4_XLA_DEVICE_TYPE.apply(module)
 
 
@@ -124,5 +124,5 @@ def test_a_re_export_of_the_function_is_not_patched_twice():
 
     is_torch_tpu_available.__module__ = "transformers.utils.import_utils"
     module.is_torch_tpu_available = is_torch_tpu_available
-    with pytest.raises(TargetChanged, match="defines no is_torch_tpu_available"):
+    with pytest.raises(NotNeeded, match="defines no is_torch_tpu_available"):
         era_patches.TRANSFORMERS_FILE_UTILS_USE_TORCH_XLA.apply(module)

@@ -14,7 +14,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from .patching import LibraryPatch, TargetChanged, arm, source_of
+from .patching import LibraryPatch, NotNeeded, TargetChanged, arm, source_of
 from .replace import replace_once
 from .setting_names import option_setting, setting
 
@@ -40,7 +40,7 @@ def _accept_dataloader_arguments(module: ModuleType) -> None:
     if configuration is None or "dataloader_config" not in parameters:
         raise TargetChanged("accelerate's Accelerator takes no dataloader_config (a DataLoaderConfiguration)")
     if "dispatch_batches" in parameters:
-        raise TargetChanged("accelerate's Accelerator takes the DataLoader arguments itself")
+        raise NotNeeded("accelerate's Accelerator takes the DataLoader arguments itself")
     original = accelerator.__init__
     said: list[bool] = []
 
@@ -77,9 +77,9 @@ ACCELERATE_DATALOADER_ARGUMENTS = LibraryPatch(
 def _honour_use_torch_xla(module: ModuleType) -> None:
     original = getattr(module, "is_torch_tpu_available", None)
     if not callable(original) or getattr(original, "__module__", None) != module.__name__:
-        raise TargetChanged(f"{module.__name__} defines no is_torch_tpu_available")
+        raise NotNeeded(f"{module.__name__} defines no is_torch_tpu_available")
     if "USE_TORCH_XLA" in source_of(module):
-        raise TargetChanged("transformers reads USE_TORCH_XLA itself")
+        raise NotNeeded("transformers reads USE_TORCH_XLA itself")
 
     def is_torch_tpu_available(*args: Any, **kwargs: Any) -> bool:   # check_device=True, from 4.17
         if os.environ.get("USE_TORCH_XLA", "1").upper() in FALSE:

@@ -25,7 +25,12 @@ log = logging.getLogger("opentc_launcher")
 
 
 class TargetChanged(Exception):
-    """The code a patch was written for is not there (any more): the patch is not applied."""
+    """The code a patch was written for is not there (any more): the patch is not applied, and the log warns."""
+
+
+class NotNeeded(TargetChanged):
+    """The installed version never had the problem the patch fixes (a fix for transformers 4.x, under transformers
+    5): the patch is not applied, quietly."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,9 @@ def apply(patch: LibraryPatch, module: ModuleType) -> bool:
     version = getattr(sys.modules.get(patch.module.split(".")[0]), "__version__", "?")
     try:
         patch.apply(module)
+    except NotNeeded as e:
+        log.debug("library patch %s not needed for %s %s: %s", patch.name, patch.module.split(".")[0], version, e)
+        return False
     except TargetChanged as e:
         log.warning("library patch %s not applied: %s (%s %s); %s. Tell the image's maintainers.", patch.name, e,
                     patch.module.split(".")[0], version, patch.unpatched)

@@ -17,7 +17,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ..patching import LibraryPatch, TargetChanged, arm
+from ..patching import LibraryPatch, NotNeeded, TargetChanged, arm
 from ..patching import source_of as _source
 from ..replace import replace_once
 from ..setting_names import setting
@@ -302,9 +302,9 @@ def _xla_device_type_as_4x_knew_it(module: ModuleType) -> None:
     original = getattr(module, "get_xla_device_type", None)
     arguments = getattr(module, "TrainingArguments", None)
     if not callable(original):
-        raise TargetChanged("transformers.training_args has no get_xla_device_type")
+        raise NotNeeded("transformers.training_args has no get_xla_device_type")
     if XLA_DEVICE_CHECK not in _source(getattr(arguments, "__post_init__", None)):
-        raise TargetChanged("TrainingArguments no longer checks get_xla_device_type(self.device) for fp16")
+        raise NotNeeded("TrainingArguments no longer checks get_xla_device_type(self.device) for fp16")
 
     def get_xla_device_type(device: Any) -> Any:
         found = original(device)
@@ -335,7 +335,7 @@ def _old_world_names(module: ModuleType) -> None:
     if not callable(getattr(module, "xla_device", None)):
         raise TargetChanged("torch_xla.core.xla_model is not the one with xla_device()")
     if all(hasattr(module, name) for name in OLD_WORLD_NAMES):
-        raise TargetChanged("torch_xla.core.xla_model has xrt_world_size and get_ordinal itself")
+        raise NotNeeded("torch_xla.core.xla_model has xrt_world_size and get_ordinal itself")
     import torch_xla.runtime as xr
 
     if not callable(getattr(xr, "world_size", None)) or not callable(getattr(xr, "global_ordinal", None)):
@@ -376,9 +376,9 @@ def _no_local_rank_on_xla(module: ModuleType) -> None:
     arguments: Any = getattr(module, "TrainingArguments", None)
     original = getattr(arguments, "__post_init__", None)
     if not callable(original) or OLD_LOCAL_RANK not in _source(original):
-        raise TargetChanged("TrainingArguments no longer reads LOCAL_RANK itself")
+        raise NotNeeded("TrainingArguments no longer reads LOCAL_RANK itself")
     if "PartialState" in _source(getattr(arguments, "_setup_devices", None)):
-        raise TargetChanged("TrainingArguments sets devices up through accelerate")
+        raise NotNeeded("TrainingArguments sets devices up through accelerate")
 
     def post_init(self: Any) -> None:
         original(self)
