@@ -31,9 +31,10 @@ TRAINING_MODULE = "opentc_toolkit.entry:main"
 # each, in this order (--no-loadscope-reorder): the long ones start first and the short ones fill in beside them, so
 # that the two processes end together rather than one long module running alone at the end.
 LONGEST_FIRST = ("test_inductor_image.py", "test_jobs.py", "test_sdk.py", "test_sharded.py",     # tests/container
-                 "test_inductor.py", "test_compile_time.py", "test_notebooks.py", "test_distributions.py",
-                 "test_compile_report.py", "test_same_model.py", "test_hf_trainer.py", "test_distributed.py",
-                 "test_xla_cuda.py", "test_inductor_cache.py")
+                 "test_aws_examples.py", "test_inductor.py", "test_compile_time.py", "test_notebooks.py",
+                 "test_distributions.py", "test_compile_report.py", "test_same_model.py", "test_hf_trainer.py",
+                 "test_distributed.py", "test_xla_cuda.py", "test_inductor_cache.py", "test_gpu_kit.py",
+                 "test_trl_sft.py", "test_xla_checkpoint.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
