@@ -255,3 +255,27 @@ def test_worker_records_are_read_by_rank_and_one_that_is_not_a_record_is_left_ou
     assert [r["process"] for r in read_records(str(tmp_path))] == ["rank0-spawned1", "rank1", "rank10"]
     assert "worker-rank2.json is not a worker's record" in caplog.text
     assert "worker-rank3.json could not be read" in caplog.text
+
+
+def test_a_step_that_compiled_after_warm_up_is_left_out_of_the_step_times_and_said(make_job):
+    """A Trainer job on Inductor whose last batch is smaller (dataloader_drop_last off): the new shape compiles at
+    the last step, long after warm-up. The summary's step times leave that step out and say so, and the compile
+    report's finding names it (issue 38: a median that measured compilation, and a report that said "clean")."""
+    job = make_job(script="run_clm_tiny.py", sagemaker_training_compiler_enabled=True,
+                   sagemaker_training_compiler_backend="inductor", sagemaker_training_compiler_warmup_steps=3)
+    # The sample's text eight times over: 112 blocks of 64 tokens, in batches of 10: 11 full batches, then one of 2.
+    notes = job.root / "input" / "data" / "train" / "notes.txt"
+    notes.write_text(notes.read_text() * 8)
+    job.set_hyperparameters(output_dir=str(job.model), num_train_epochs=1, per_device_train_batch_size=10,
+                            block_size=64, logging_steps=4, save_strategy="no", report_to="none", seed=0,
+                            dataloader_drop_last=False, disable_tqdm=True)
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-4000:]
+    summary = summary_of(job)
+    steps = summary["step_seconds"]
+    assert summary["optimizer_steps"] == 12 and steps["compiling_left_out"] == 1, steps
+    assert steps["measured_steps"] == 12 - 3 - 1, steps
+    assert "1 step(s) that compiled left out" in result.output
+    late = [f for f in summary["findings"] if "compiled new graphs" in f]
+    assert late and late[0].startswith("compile report of rank0: 1 step(s) after warm-up (step 3) compiled new graphs")
+    assert any(f["kind"] == "late_compilation" for f in job.compile_report(0)["findings"])
