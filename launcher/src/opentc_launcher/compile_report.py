@@ -100,8 +100,9 @@ def late_compilation_finding(stats: Mapping[str, Any]) -> Finding | None:
     return Finding(f"{left_out} step(s) after warm-up (step {stats.get('warmup_steps')}) compiled new graphs, the "
                    f"slowest taking {slowest:.1f} s against a median of {median * 1000:.0f} ms for the others: "
                    f"they are left out of the job summary's step times, which would otherwise measure compilation.",
-                   f"if they compile once (an evaluation, a last smaller batch), give the warm-up more steps "
-                   f"({setting(WARMUP_STEPS)}); if new shapes keep coming, {SHAPES_FIX}", LATE_COMPILATION)
+                   f"nothing, if they compile once, late (an evaluation, a last smaller batch: drop_last avoids "
+                   f"it); give the warm-up more steps ({setting(WARMUP_STEPS)}) if they come early; if new shapes "
+                   f"keep coming, {SHAPES_FIX}", LATE_COMPILATION)
 
 
 def recompilation_warning(process: str, timeline: CompileTimeline, compiles: int) -> str:
