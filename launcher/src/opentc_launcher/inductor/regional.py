@@ -16,10 +16,9 @@ here; benchmarks/nested_region_probe.py checks a torch for it.)
 
 It differs from accelerate's in four ways:
 
-- Blocks of a few kinds. accelerate compiles a ModuleList's blocks only where all are of one class; the backend
-  where they are repeated by repeated_blocks.py's rule, which also takes blocks of one class in a few kinds of one
-  layer (T5's first block carries the position bias table the others reuse): one graph per kind, not the whole
-  model.
+- Which blocks. accelerate compiles the blocks of any ModuleList of one class, a pyramid's of many widths too; the
+  backend only those repeated by repeated_blocks.py's rule: one class in a few kinds of one layer (T5's first
+  block carries the position bias table the others reuse), one graph per kind.
 
 - In place. Each block is compiled with `Module.compile()`, as accelerate's own FSDP2 and DeepSpeed variants do:
   the model keeps its modules and their names. accelerate's `compile_regions` returns a copy whose children are
