@@ -35,6 +35,11 @@ CONFIGS = {
     # GPT-2 small itself (124M parameters with its vocabulary): what the GPU figures use.
     "gpt2": {"n_layer": 12, "n_head": 12, "n_embd": 768},
 }
+# Two other families of the tiny GPT-2's width, for regional compilation's kinds of block
+# (benchmarks/regional_kinds_benchmark.py): T5, whose stacks' first block carries the position bias table (two
+# kinds of block in each stack), and Llama, whose blocks are all alike. Encoder and decoder have the depth given.
+T5_CONFIGS = {"t5-2": 2, "t5-6": 6}
+LLAMA_CONFIGS = {"llama-2": 2}
 VOCAB = 2048
 VOCABS = {"gpt2": 50257}   # GPT-2's own; the smaller models keep a small vocabulary, as CPUs need
 
@@ -42,7 +47,7 @@ VOCABS = {"gpt2": 50257}   # GPT-2's own; the smaller models keep a small vocabu
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--backend", choices=["eager", "xla", "inductor"], required=True)
-    p.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
+    p.add_argument("--config", choices=sorted([*CONFIGS, *T5_CONFIGS, *LLAMA_CONFIGS]), default="tiny")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--warmup", type=int, default=3)
@@ -88,16 +93,10 @@ def main():
         import torch.distributed as dist
 
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     torch.manual_seed(0)
     vocab = VOCABS.get(args.config, VOCAB)
-    # No key/value cache in training (as the Trainer and the sample set it): with one, the blocks return a cache
-    # that the next one extends, and regional compilation leaves such a model whole (inductor/regional.py).
-    config = GPT2Config(vocab_size=vocab, n_positions=args.seq, resid_pdrop=0.0, embd_pdrop=0.0,
-                        attn_pdrop=0.0, use_cache=False, **CONFIGS[args.config])
-    model = GPT2LMHeadModel(config).to(device).train()
-    flops = flops_per_token(model)
+    model = build_model(args.config, vocab, args.seq).to(device).train()
+    flops = flops_per_token(model, args.seq)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     compile_seconds = []
     regional_words: list[str] = []   # what regional compilation did (it says so when it compiles the model whole)
@@ -164,6 +163,29 @@ def main():
     print("BENCH_RESULT " + json.dumps(result), flush=True)
 
 
+def build_model(name: str, vocab: int, seq: int):
+    """The model named, from a config, dropout off. No key/value cache in training (as the Trainer and the sample
+    set it): with one, the blocks return a cache that the next one extends, and regional compilation leaves such a
+    model whole (inductor/regional.py)."""
+    if name in T5_CONFIGS:
+        from transformers import T5Config, T5ForConditionalGeneration
+
+        layers = T5_CONFIGS[name]
+        return T5ForConditionalGeneration(T5Config(
+            vocab_size=vocab, d_model=64, d_kv=32, d_ff=256, num_heads=2, num_layers=layers, num_decoder_layers=layers,
+            dropout_rate=0.0, use_cache=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
+    if name in LLAMA_CONFIGS:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        return LlamaForCausalLM(LlamaConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=256, num_attention_heads=2, num_key_value_heads=2,
+            num_hidden_layers=LLAMA_CONFIGS[name], max_position_embeddings=seq, use_cache=False))
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=seq, resid_pdrop=0.0, embd_pdrop=0.0,
+                                      attn_pdrop=0.0, use_cache=False, **CONFIGS[name]))
+
+
 FIRST_STEP_END: list[float] = []
 
 
@@ -192,14 +214,14 @@ def train(args, model, optimizer, autocast, generator, lengths, vocab, device, f
     return loss
 
 
-def flops_per_token(model) -> float:
+def flops_per_token(model, sequence: int | None = None) -> float:
     """A training step's FLOPs per token (forward and backward), as every job's summary counts them
     (opentc_launcher.mfu): 6N for the weights' matrix multiplies, N the parameters without the position embeddings
     (the output layer shares the token embeddings: counted once), plus 12 x layers x width x sequence for attention's
     (PaLM's estimate, as nanoGPT and llm.c count it for MFU)."""
     from opentc_launcher.mfu import shape_of
 
-    return shape_of(model.named_parameters(), model.config).flops_per_token(model.config.n_positions)
+    return shape_of(model.named_parameters(), model.config).flops_per_token(sequence or model.config.n_positions)
 
 
 def peak_memory_mb(device) -> float:

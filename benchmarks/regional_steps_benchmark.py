@@ -29,7 +29,7 @@ from compiler_benchmark import publish, table
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 STACKS = {"2.7": REPO / ".venv", "2.14": REPO / ".venv-inductor"}
-SEQS = {"tiny": 64, "small": 128, "gpt2-12": 128}
+SEQS = {"tiny": 64, "small": 128, "gpt2-12": 128, "t5-2": 64, "t5-6": 64, "llama-2": 64}
 SETTINGS = {"eager": ["--backend", "eager"], "whole": ["--backend", "inductor"],
             "regional": ["--backend", "inductor", "--regional"]}
 

@@ -77,6 +77,29 @@ def test_committed_regional_step_results_render_as_the_results_file_shows():
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
 
 
+def test_committed_regional_kinds_results_render_as_the_results_file_shows():
+    import regional_kinds_benchmark
+
+    results = json.loads((REPO / "benchmarks" / "results" / "regional_kinds.json").read_text())
+    table = regional_kinds_benchmark.render(results)
+    assert table == results["table"]
+    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_the_worker_builds_t5_and_llama_with_their_kinds_of_block():
+    """bench_worker's other families, by the rule regional compilation decides by: T5's stacks two kinds each (the
+    first block carries the position bias table), Llama's blocks one."""
+    from bench_worker import build_model
+
+    from opentc_launcher.inductor.repeated_blocks import repeated_kinds
+
+    t5, llama = build_model("t5-6", 2048, 64), build_model("llama-2", 2048, 64)
+    assert [len(t5.encoder.block), len(t5.decoder.block), len(llama.model.layers)] == [6, 6, 2]
+    assert repeated_kinds(t5.encoder.block) == repeated_kinds(t5.decoder.block) == 2
+    assert repeated_kinds(llama.model.layers) == 1
+    assert t5.config.use_cache is False and llama.config.use_cache is False
+
+
 def test_committed_sharding_results_render_as_the_results_file_shows():
     import sharding_benchmark
 

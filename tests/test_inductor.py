@@ -151,6 +151,60 @@ def test_a_plain_loops_torch_compile_compiles_a_repeated_block_once_with_eagers_
     assert report["graphs_captured"] == 2, report          # one for GPT-2's three blocks, one for the whole pyramid
 
 
+T5_SHARING = "sharing one graph per kind of block (4 kinds)"
+
+
+def t5_graphs_checked(job, result):
+    """A 3-layer T5 (tests/scripts/compile/tiny_t5.py) compiled one graph per kind of block: 4 (each stack's first
+    block, which carries the position bias table, and its other two), not 6 (one per block) and not the whole model;
+    Dynamo recompiled T5Block.forward once for each new kind, and the report names no per-layer recompilation."""
+    report = job.compile_report()
+    assert report["graphs_captured"] == 4, report
+    assert [r["function"] for r in report["recompilations"]] == ["forward"] * 3, report["recompilations"]
+    assert all("modeling_t5.py" in r["where"] for r in report["recompilations"]), report["recompilations"]
+    assert not any("for each layer" in f["problem"] for f in report["findings"]), report["findings"]
+    assert "compiled whole" not in result.output
+    return report
+
+
+def test_a_t5s_blocks_compile_one_graph_per_kind_with_eagers_gradients(make_job, shared_cache):
+    """T5's blocks are of one class, but each stack's first carries the relative position bias table the others
+    reuse. A plain loop's torch.compile(model) (regional_loop.py --models t5, beside an eager twin) compiles its six
+    blocks in place as four graphs, with eager's losses and gradients at every step, the tied embeddings still
+    tied, and what torch.compile returns."""
+    job = inductor_job(make_job, "compile/regional_loop.py", cache=shared_cache, models="t5")
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-5000:]
+    run = job.read_json("output/data/regional_metrics.json")["t5"]
+    assert run["returned"] == "OptimizedModule" and run["orig_mod_is_model"] and run["tied"], run
+    assert_same_losses(run["eager_losses"], run["losses"])
+    assert run["largest_gradient_difference"] < 1e-3, run       # as the GPT-2's: rounding, not a lost gradient
+    assert ("regional compilation: torch.compile(T5ForConditionalGeneration) compiled its 6 repeated blocks in place, "
+            f"{T5_SHARING}") in result.output
+    report = t5_graphs_checked(job, result)
+    assert T5_SHARING in report["compile_time_defaults"]["regional"], report
+
+
+def test_the_trainer_compiles_a_t5_one_graph_per_kind_of_block(make_job, shared_cache):
+    """The same T5 through the Trainer (tests/scripts/compile/t5_trainer.py, no torch_compile argument): accelerate's
+    prepare_model compiles it through the backend's compile_blocks, four graphs for six blocks, and it trains as
+    eager does."""
+    common = {"max_steps": 6, "per_device_train_batch_size": 4, "learning_rate": 0.003, "logging_steps": 2,
+              "save_strategy": "no", "report_to": "none", "optim": "adamw_torch", "seed": 0}
+    eager = inductor_job(make_job, "compile/t5_trainer.py", compiler=False, **common)
+    eager.set_hyperparameters(output_dir=str(eager.model))
+    assert run_train(eager).returncode == 0
+    job = inductor_job(make_job, "compile/t5_trainer.py", cache=shared_cache, **common)
+    job.set_hyperparameters(output_dir=str(job.model))
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-5000:]
+    metrics = job.read_json("output/data/trainer_metrics.json")
+    assert metrics["device"] == "cpu" and metrics["torch_xla_imported"] is False, metrics
+    assert_same_losses(eager.read_json("output/data/trainer_metrics.json")["losses"], metrics["losses"])
+    assert f"regional compilation: 6 repeated blocks compiled in place, {T5_SHARING}" in result.output
+    assert t5_graphs_checked(job, result)["optimizer_steps"] == 6
+
+
 def test_a_second_identical_job_compiles_nothing_new(make_job, tmp_path):
     cache = tmp_path / "cold-cache"
     reports = []

@@ -1,9 +1,10 @@
-"""A plain training loop that calls torch.compile(model) itself, on two models, each beside an eager twin that starts
-from the same weights and sees the same batches:
+"""A plain training loop that calls torch.compile(model) itself, on the models named (--models, default gpt2,pyramid),
+each beside an eager twin that starts from the same weights and sees the same batches:
 
 - gpt2: a GPT-2 (lm_head tied to the token embedding) built from a config, dropout at p=0 (the dropout modules are
   there, but draw nothing: eager and compiled kernels draw random numbers differently);
-- pyramid: a ModuleList of blocks of one class but three widths, which are not one region.
+- pyramid: a ModuleList of blocks of one class but three widths, which are not one region;
+- t5: the tiny T5 of tiny_t5.py, whose stacks' first blocks differ from the others (two kinds of block per stack).
 
 After every step it compares the compiled model's loss and gradients with the twin's, and writes regional_metrics.json:
 per model the losses, the largest relative gradient difference of any parameter at any step, what torch.compile
@@ -15,6 +16,7 @@ import json
 import os
 
 import torch
+from tiny_t5 import LENGTH, tiny_t5
 from transformers import GPT2Config, GPT2LMHeadModel
 
 
@@ -46,12 +48,19 @@ def gpt2() -> torch.nn.Module:
     return GPT2LMHeadModel(config)
 
 
+def t5() -> torch.nn.Module:
+    return tiny_t5(120)
+
+
 def batches(name: str, steps: int):
     generator = torch.Generator().manual_seed(1)
     for _ in range(steps):
         if name == "gpt2":
             ids = torch.randint(0, 120, (4, 16), generator=generator)
             yield {"input_ids": ids, "labels": ids}
+        elif name == "t5":   # as t5_trainer.py's batches: 4 examples of LENGTH tokens in and out, no mask
+            yield {"input_ids": torch.randint(2, 120, (4, LENGTH), generator=generator),
+                   "labels": torch.randint(2, 120, (4, LENGTH), generator=generator)}
         else:
             yield {"x": torch.randn(8, 32, generator=generator), "labels": torch.randn(8, generator=generator)}
 
@@ -90,14 +99,18 @@ def train(name: str, build, steps: int) -> dict:
             optimizer.zero_grad()
     if name == "gpt2":
         result["tied"] = model.lm_head.weight is model.transformer.wte.weight
+    if name == "t5":
+        result["tied"] = model.lm_head.weight is model.shared.weight is model.encoder.embed_tokens.weight
     return result
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--models", default="gpt2,pyramid")
     args = p.parse_args()
-    metrics = {"gpt2": train("gpt2", gpt2, args.steps), "pyramid": train("pyramid", Pyramid, args.steps)}
+    builders = {"gpt2": gpt2, "pyramid": Pyramid, "t5": t5}
+    metrics = {name: train(name, builders[name], args.steps) for name in args.models.split(",")}
     with open(os.path.join(os.environ.get("SM_OUTPUT_DATA_DIR", "."), "regional_metrics.json"), "w") as f:
         json.dump(metrics, f)
 

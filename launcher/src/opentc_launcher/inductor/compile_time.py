@@ -4,7 +4,8 @@ Each default is logged, left off by name (`--defaults-off NAME`; a front end suc
 down its own name for that setting), and none overrides a variable the user set: the user's value is kept, and the
 default that would have set it stays out of the way.
 
-- regional: Trainer, Accelerate and plain torch.compile(model) jobs compile each repeated block once (regional.py).
+- regional: Trainer, Accelerate and plain torch.compile(model) jobs compile each kind of repeated block once
+  (regional.py, repeated_blocks.py).
 - vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU (vec_isa.py).
 - job_id: TORCH_COMPILE_JOB_ID, keyed to the job's lineage (the script, its arguments, the world size and the
   device), so that Dynamo keeps its profile of which dimensions vary from one job to the next, in the cache folder:
@@ -37,8 +38,8 @@ from .named_settings import REGIONAL_OFF
 log = logging.getLogger("opentc_launcher")
 
 OPTIONAL_DEFAULTS = MappingProxyType({
-    "regional": "Trainer, Accelerate and plain torch.compile(model) jobs compile each repeated block once, shared by "
-                "all blocks",
+    "regional": "Trainer, Accelerate and plain torch.compile(model) jobs compile each kind of repeated block once, "
+                "shared by the blocks of that kind",
     "vec_isa": "on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU",
     "job_id": "Dynamo keeps its profile of the dimensions that vary, from one job of a lineage to the next",
     "logging": "transformers' once-only log calls inside compiled code no longer break the graph",

@@ -14,7 +14,11 @@ torch 2.14.1 with Inductor on CPU it gives wrong gradients instead: a marked res
 1.0 relative, with or without dropout, and a 3-layer GPT-2's by 1.5e3 (benchmarks/RESULTS.md). It is not used
 here; benchmarks/nested_region_probe.py checks a torch for it.)
 
-It differs from accelerate's in three ways:
+It differs from accelerate's in four ways:
+
+- Which blocks. accelerate compiles the blocks of any ModuleList of one class, a pyramid's of many widths too; the
+  backend only those repeated by repeated_blocks.py's rule: one class in a few kinds of one layer (T5's first
+  block carries the position bias table the others reuse), one graph per kind.
 
 - In place. Each block is compiled with `Module.compile()`, as accelerate's own FSDP2 and DeepSpeed variants do:
   the model keeps its modules and their names. accelerate's `compile_regions` returns a copy whose children are
@@ -34,10 +38,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from ..replace import replace_once
+from .repeated_blocks import repeated_kinds
 
 log = logging.getLogger("opentc_launcher")
 
@@ -57,44 +63,44 @@ def builds_per_layer_cache(model: Any) -> bool:
     return config is not None and getattr(config, "use_cache", False) is True
 
 
-def _shape(block: Any) -> list[tuple[str, tuple[int, ...], Any]]:
-    """A block's parameters and buffers by name, shape and dtype: blocks that differ in them are not one region."""
-    return [(name, tuple(t.shape), t.dtype) for name, t in [*block.named_parameters(), *block.named_buffers()]]
-
-
-def _is_repeated_blocks(module: Any) -> bool:
-    """A ModuleList of blocks of one class and one shape (a pyramid's blocks of several widths would recompile for
-    each width and share nothing)."""
-    import torch
-
-    if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
-        return False
-    first, shape = type(module[0]), _shape(module[0])
-    return all(type(block) is first and _shape(block) == shape for block in module)
-
-
 def _has_repeated_blocks(module: Any) -> bool:
-    return any(_is_repeated_blocks(m) for m in module.modules())
+    return any(repeated_kinds(m) for m in module.modules())
 
 
-def compile_in_place(module: Any, **compile_kwargs: Any) -> tuple[int, int, int]:
-    """Compile, in place, each repeated block and each other part with parts of its own, leaving single layers
-    eager. Returns (blocks, other parts, single layers left eager)."""
-    blocks = parts = single = 0
+@dataclass
+class InPlace:
+    """What compile_in_place compiled: repeated blocks and their kinds (one graph each), other parts compiled,
+    single layers left eager."""
+    blocks: int = 0
+    kinds: int = 0
+    parts: int = 0
+    single: int = 0
+
+    def add(self, other: InPlace) -> None:
+        self.blocks, self.kinds = self.blocks + other.blocks, self.kinds + other.kinds
+        self.parts, self.single = self.parts + other.parts, self.single + other.single
+
+    def sharing(self) -> str:
+        return f"sharing one graph per kind of block ({self.kinds} kind{'' if self.kinds == 1 else 's'})"
+
+
+def compile_in_place(module: Any, **compile_kwargs: Any) -> InPlace:
+    """Compile, in place, each repeated block (repeated_blocks.py) and each other part with parts of its own,
+    leaving single layers eager."""
+    done = InPlace()
     for child in module.children():
-        if _is_repeated_blocks(child):
+        if kinds := repeated_kinds(child):
             for block in child:
                 block.compile(**compile_kwargs)
-            blocks += len(child)
+            done.add(InPlace(blocks=len(child), kinds=kinds))
         elif _has_repeated_blocks(child):
-            more = compile_in_place(child, **compile_kwargs)
-            blocks, parts, single = blocks + more[0], parts + more[1], single + more[2]
+            done.add(compile_in_place(child, **compile_kwargs))
         elif next(child.children(), None) is not None:
             child.compile(**compile_kwargs)
-            parts += 1
+            done.parts += 1
         else:
-            single += 1
-    return blocks, parts, single
+            done.single += 1
+    return done
 
 
 def compile_blocks(model: Any, **compile_kwargs: Any) -> Any:
@@ -107,9 +113,9 @@ def compile_blocks(model: Any, **compile_kwargs: Any) -> Any:
         log.info("regional compilation: %s", reason)
         return unpatched_compile(torch)(model, **compile_kwargs)
     inner = _wrapped(model)
-    blocks, parts, single = compile_in_place(inner, **compile_kwargs)
-    log.info("regional compilation: %d repeated blocks compiled in place, sharing one graph per kind of block; %d "
-             "other part(s) compiled; %d single layer(s) left eager", blocks, parts, single)
+    done = compile_in_place(inner, **compile_kwargs)
+    log.info("regional compilation: %d repeated blocks compiled in place, %s; %d other part(s) compiled; %d single "
+             "layer(s) left eager", done.blocks, done.sharing(), done.parts, done.single)
     return model
 
 
@@ -163,9 +169,9 @@ def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None]) 
         if reason is not None:
             log.info("regional compilation: torch.compile(%s) %s", type(model).__name__, reason)
             return original(model, **kwargs)
-        blocks, parts, single = compile_in_place(_wrapped(model), **kwargs)
-        words = (f"torch.compile({type(model).__name__}) compiled its {blocks} repeated blocks in place, sharing one "
-                 f"graph per kind of block, and {parts} other part(s); {single} single layer(s) left eager")
+        done = compile_in_place(_wrapped(model), **kwargs)
+        words = (f"torch.compile({type(model).__name__}) compiled its {done.blocks} repeated blocks in place, "
+                 f"{done.sharing()}, and {done.parts} other part(s); {done.single} single layer(s) left eager")
         log.info("regional compilation: %s", words)
         noted(words)
         return torch_module.compiler.disable(model)
