@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from .commands import WORKING_CACHE
@@ -31,12 +31,15 @@ def with_working_copy(options: WorkerOptions, scratch: str) -> WorkerOptions:
     return replace(options, compile_cache_work_dir=os.path.join(scratch, WORKING_CACHE))
 
 
-def open_working_copy(options: WorkerOptions, env: Mapping[str, str]) -> WorkingCopy | None:
+def open_working_copy(options: WorkerOptions, env: Mapping[str, str],
+                      stopped: Callable[[], bool] = lambda: False) -> WorkingCopy | None:
     """The backend's working copy, filled from the published cache (and logged), or None where the workers use the
-    cache folder itself (a backend that needs no copy, a cache folder the user chose: `env`, the container's)."""
+    cache folder itself (a backend that needs no copy, a cache folder the user chose: `env`, the container's).
+    `stopped` says when the job is stopping (a wait for another job's lock ends then)."""
     cache = backend_named(options.backend).cache_copy(options, env)
     if cache is not None:
-        log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(), cache.working)
+        log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(stopped),
+                 cache.working)
     return cache
 
 
@@ -50,10 +53,10 @@ def own_working_copy(options: WorkerOptions, scratch: str,
     return with_copy, open_working_copy(with_copy, env)
 
 
-def publish_working_copy(cache: WorkingCopy) -> str:
+def publish_working_copy(cache: WorkingCopy, stopped: Callable[[], bool] = lambda: False) -> str:
     """After a successful launch: the copy published in place of the cache, and its folder removed. What it did, for
-    the log; raises OSError as publish() does."""
+    the log; raises OSError and StopRequested as publish() does."""
     try:
-        return cache.publish()
+        return cache.publish(stopped)
     finally:
         shutil.rmtree(cache.working, ignore_errors=True)

@@ -122,8 +122,11 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
                                f"job folder mounted by hand must be mounted read-write).")
         announce(job, settings, plan, base_env)
         install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
-        recorder.cache = open_working_copy(plan.options, base_env)
-        wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
+        def stopping() -> bool:
+            return supervisor.stop_requested is not None
+
+        recorder.cache = open_working_copy(plan.options, base_env, stopped=stopping)
+        wait_for_hosts(plan.peers, launch.peer_timeout, stopped=stopping)
         result = supervisor.run(plan.command, on_line=recorder.lines.feed)
         return judge(result, plan.failure_source, job.current_host, plan.world.size)
     except JobNotStarted as e:   # bad input, requirements that did not install, peers that never met
