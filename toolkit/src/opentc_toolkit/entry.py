@@ -23,6 +23,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import NoReturn
 
 from opentc_launcher import exit_codes
@@ -36,7 +37,7 @@ from .hosts_end import end_port, wait_for_every_host
 from .job import JobPaths, TrainingJob
 from .job_plan import plan_job
 from .job_summary import JobRecorder, write_summary
-from .not_started import BadInput, JobNotStarted
+from .not_started import BadInput, JobNotStarted, PeersUnreachable
 from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stop_outcome
 from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, with_setting_names
@@ -130,7 +131,7 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         result = supervisor.run(plan.command, on_line=recorder.lines.feed)
         return judge(result, plan.failure_source, job.current_host, plan.world.size)
     except JobNotStarted as e:   # bad input, requirements that did not install, peers that never met
-        return not_started(str(e), e.exit_code)
+        return replace(not_started(str(e), e.exit_code), hosts_never_met=isinstance(e, PeersUnreachable))
     except JobStopped as e:
         return stop_outcome(e.result, e.processes, e.during)
     except Exception as e:  # noqa: BLE001  (the toolkit's own fault: say so, with its traceback after the reason)
@@ -168,8 +169,10 @@ def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
     report(paths, outcome)
     shutil.rmtree(scratch, ignore_errors=True)
     job = recorder.job
-    if job is not None and supervisor is not None and supervisor.stop_requested is None:
+    if job is not None and supervisor is not None and supervisor.stop_requested is None \
+            and not outcome.hosts_never_met:
         # Nothing of this host's is left to do: the hosts end together (SageMaker's local mode stops all at the first).
+        # A host that never met the others has no verdict of theirs to wait for.
         wait_for_every_host(job.hosts, job.current_host, end_port(launch.master_port), launch.hosts_end_timeout,
                             stopped=lambda: supervisor.stop_requested is not None)
     return outcome.exit_code
