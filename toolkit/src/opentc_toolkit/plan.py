@@ -208,7 +208,8 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
             nodes=world.nodes, node_rank=world.node_rank, master_addr=world.master_addr,
             master_port=launch.master_port, timeout=launch.peer_timeout)
         argv = [*run_argv(python, world.workers_per_host, failure_report=failure_source.path,
-                          log_dir=os.path.join(scratch, "torchrun"), rendezvous=rendezvous), *script_part]
+                          log_dir=os.path.join(scratch, "torchrun"), rendezvous=rendezvous,
+                          cache_copy_opened=bool(options.compile_cache_work_dir)), *script_part]
     else:
         failure_source = WorkerErrorFile(os.path.join(scratch, "worker-error.json"))
         argv = [*worker_command(python), *script_part]
