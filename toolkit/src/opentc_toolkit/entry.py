@@ -27,7 +27,6 @@ from dataclasses import replace
 from typing import NoReturn
 
 from opentc_launcher import exit_codes
-from opentc_launcher.files import unwritable
 from opentc_launcher.working_cache import open_working_copy
 
 from .compiler import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
@@ -37,7 +36,7 @@ from .hosts_end import end_port, wait_for_every_host
 from .job import JobPaths, TrainingJob
 from .job_plan import plan_job
 from .job_summary import JobRecorder, write_summary
-from .not_started import BadInput, JobNotStarted, PeersUnreachable
+from .not_started import JobNotStarted, PeersUnreachable
 from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stop_outcome
 from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, with_setting_names
@@ -106,21 +105,6 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         planned = plan_job(paths, launch, base_env, scratch, noted)
         job, settings, code, plan = planned.job, planned.settings, planned.code, planned.plan
         recorder.plan = plan
-        # SageMaker creates these; a job folder run by hand may lack them, and SM_MODEL_DIR and
-        # SM_OUTPUT_DATA_DIR point the script at them.
-        for folder in (paths.output_data, paths.model):
-            try:
-                os.makedirs(folder, exist_ok=True)
-            except OSError as e:
-                raise BadInput(f"the job folder cannot hold its output: {folder} cannot be created "
-                               f"({e}); model/ and output/ must be writable folders.") from None
-        # The job summary goes there, and with the compiler on its report and debug artefacts (output/data/compiler).
-        for folder in (paths.output_data, *((job.paths.compiler_output,) if settings.enabled else ())):
-            problem = unwritable(folder)
-            if problem:
-                raise BadInput(f"the job folder cannot hold its output: nothing can be written in {folder} "
-                               f"({problem}); output/data must be a writable folder (SageMaker's always is; a "
-                               f"job folder mounted by hand must be mounted read-write).")
         announce(job, settings, plan, base_env)
         install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
         def stopping() -> bool:

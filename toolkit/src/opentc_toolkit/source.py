@@ -47,9 +47,24 @@ def _is_tarball(path: str) -> bool:
         return False
 
 
+def _runs_as_it_is(job: TrainingJob) -> bool:
+    """Whether the code folder runs as it is (sagemaker_submit_directory names it), nothing fetched."""
+    uri = job.submit_directory
+    return not uri.startswith("s3://") and os.path.abspath(_local_path(uri)) == os.path.abspath(job.paths.code)
+
+
+def code_folder(job: TrainingJob, scratch: str) -> str:
+    """The folder the job's code runs from, as fetch_code decides it (reading, never writing): the code folder, or a
+    folder under `scratch` when the code folder already holds files and other code was submitted."""
+    code = job.paths.code
+    if _runs_as_it_is(job) or not (os.path.isdir(code) and os.listdir(code)):
+        return code
+    return os.path.join(scratch, "code")
+
+
 def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> str:
-    """The folder the job's code runs from (`into_scratch`: fetched under `scratch` even into an empty code folder,
-    for a dry run, which writes nothing of the job's).
+    """The folder the job's code was put in: the one it runs from (code_folder), or with `into_scratch` a folder of
+    its own under `scratch`, for a dry run, which writes nothing of the job's.
 
     sagemaker_submit_directory (a folder, or a file:// or s3:// tarball) is put into the code folder. When the
     code folder already holds files (code baked into a derived image, an earlier run's extraction), the code this
@@ -62,10 +77,10 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
     uri = job.submit_directory
     code = job.paths.code
     source = uri
+    if _runs_as_it_is(job):
+        return code
     if not uri.startswith("s3://"):
         source = _local_path(uri)
-        if os.path.abspath(source) == os.path.abspath(code):
-            return code
         if not os.path.exists(source):
             raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} does not exist: use an "
                                  f"s3:// or file:// URI of a .tar.gz, or a folder inside the container.")
@@ -73,11 +88,10 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
             raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} is not a tar archive "
                                  f"(corrupt, or another format): it must be a .tar.gz of the source folder, "
                                  f"as the SageMaker SDK uploads it, or a folder.")
-    target = code
+    target = code_folder(job, scratch)
     if into_scratch:
-        target = os.path.join(scratch, "code")
-    elif os.path.isdir(code) and os.listdir(code):
-        target = os.path.join(scratch, "code")
+        target = os.path.join(scratch, "dry-run-code")
+    elif target != code:
         log.warning("the code folder %s already holds files (%s), and sagemaker_submit_directory names other code "
                     "(%s): the submitted code runs, from %s, and %s is left as it is. To run the code folder's "
                     "own code instead, leave sagemaker_submit_directory out.", code, _listing(code), uri, target,
