@@ -2,7 +2,7 @@
 (opentc_toolkit.job_files.read_regular). A FIFO as hyperparameters.json or as the entry script hung the dry run and
 the job for ever; resourceconfig.json linked to /dev/zero read until memory ran out. The rule value by value, in
 this process (each read in a thread, so that a read that blocks fails the test instead of hanging it), and one
-real `train` job on a FIFO entry script."""
+real `train` job on a FIFO entry script. Issue 40 D, requirements.txt, is read by the same rule."""
 
 from __future__ import annotations
 
@@ -114,3 +114,58 @@ def test_a_job_whose_entry_script_is_a_fifo_is_refused_not_hung(make_job):
     result = run_train(job, timeout=120)
     assert result.returncode == exit_codes.BAD_INPUT, result.output[-3000:]
     assert "training script 'train.py' in" in job.failure and "is not a regular file" in job.failure, job.failure
+
+
+# --- issue 40 D: requirements.txt that cannot be read is a named refusal, in the dry run and the job ---
+
+def requirements_refusal(path, name="requirements.txt") -> str:
+    from opentc_toolkit.source import check_requirements
+
+    return refusal(lambda: check_requirements(str(path), name, {}))
+
+
+def test_requirements_that_cannot_be_read_are_named_with_what_is_accepted(tmp_path, monkeypatch):
+    """The dry run ended in a PermissionError traceback and the job in "the toolkit failed" (exit 1). Root reads any
+    file, so the error the open meets is made here."""
+    from opentc_toolkit import job_files
+
+    path = tmp_path / "requirements.txt"
+    path.write_text("six\n")
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(job_files.os, "open", refused)
+        assert requirements_refusal(path) == (
+            "requirements.txt in the code folder cannot be opened (PermissionError: Permission denied): it must be a "
+            "regular file the job can read, holding pip requirements, one per line.")
+
+
+def test_requirements_that_are_no_regular_file_are_named_never_skipped_or_read(tmp_path):
+    path = tmp_path / "requirements.txt"
+    os.mkfifo(path)
+    assert requirements_refusal(path) == ("requirements.txt in the code folder is a FIFO (named pipe): it must be a "
+                                          "regular file holding pip requirements, one per line.")
+    path.unlink()
+    path.mkdir()
+    assert requirements_refusal(path).startswith("requirements.txt in the code folder is a folder, not a file")
+    path.rmdir()
+    path.symlink_to(tmp_path / "nowhere.txt")
+    assert requirements_refusal(path) == (
+        f"requirements.txt in the code folder is a symbolic link to '{tmp_path / 'nowhere.txt'}', which does not "
+        f"exist: it must be a regular file holding pip requirements, one per line.")
+    path.unlink()
+    path.write_bytes(b"six\n" * (2**20 // 4 + 1))
+    assert requirements_refusal(path).startswith("requirements.txt in the code folder is larger than 1 MiB")
+
+
+def test_a_dry_run_names_requirements_that_are_no_file(make_job):
+    from test_dry_run import dry_run
+
+    job = make_job(script="argv_echo.py")
+    (job.root / "code" / "requirements.txt").mkdir()
+    done = dry_run(job)
+    assert done.returncode == exit_codes.BAD_INPUT, done.stdout + done.stderr[-3000:]
+    assert "requirements.txt in the code folder is a folder, not a file" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -17,6 +17,7 @@ from opentc_launcher.text import printable
 
 from . import hf_stack
 from .job import TrainingJob
+from .job_files import MiB, read_regular
 from .not_started import BadInput, RequirementsFailed
 from .outcome import last_lines
 from .stack import conflicts, constraints_text, stack_pins
@@ -108,6 +109,8 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
     return target
 
 
+MAX_REQUIREMENTS_BYTES = MiB   # a requirements file is a few hundred bytes; past this, not one
+
 # pip's WARNING when it cannot reach an index: "Retrying (Retry(...)) after connection broken by '<the cause>': <url>".
 # Its ERROR lines then only say "No matching distribution found", which reads like a typo in a package name.
 _CONNECTION_BROKEN = re.compile(r"after connection broken by '(?P<cause>.+)': (?P<where>\S+)\s*$")
@@ -147,26 +150,29 @@ def _pip_reason(stderr: str) -> str:
 
 
 def requirements_path(code: str, name: str = "requirements.txt") -> str | None:
-    """requirements.txt in the code folder, or None where there is none."""
+    """requirements.txt in the code folder (whatever is there under that name: check_requirements says what is
+    wrong with anything but a readable file), or None where there is nothing."""
     path = os.path.join(code, name)
-    return path if os.path.isfile(path) else None
+    return path if os.path.lexists(path) else None
 
 
-def check_requirements(path: str, name: str, pins: Mapping[str, str]) -> None:
-    """Refuse a requirements file that would move a package of the tested stack (`pins`)."""
-    with open(path, "rb") as f:
-        lines = f.read().decode("utf-8", errors="replace").splitlines()
+def check_requirements(path: str, name: str, pins: Mapping[str, str]) -> list[str]:
+    """The requirements file's lines; BadInput for one that is not a readable regular file of at most
+    MAX_REQUIREMENTS_BYTES, or that would move a package of the tested stack (`pins`)."""
+    what = "pip requirements, one per line"
+    try:
+        raw = read_regular(path, f"{name} in the code folder", MAX_REQUIREMENTS_BYTES, what)
+    except FileNotFoundError:
+        raise BadInput(f"{name} in the code folder is a symbolic link to {printable(os.readlink(path))!r}, which "
+                       f"does not exist: it must be a regular file holding {what}.") from None
+    lines = raw.decode("utf-8", errors="replace").splitlines()
     clashes = conflicts(lines, pins)
     if clashes:
         raise BadInput(
             f"{name} asks for {', '.join(clashes)}. torch, torch-xla, the XLA:CUDA plugin and the "
             f"CUDA libraries are installed as one tested set and cannot be changed by {name}: remove "
             f"the requirement or pin the pinned version (the set is in /opt/opentc/constraints.txt).")
-
-
-def _read_lines(path: str) -> list[str]:
-    with open(path, "rb") as f:
-        return f.read().decode("utf-8", errors="replace").splitlines()
+    return lines
 
 
 def _pip(supervisor: Supervisor, argv: tuple[str, ...], env: Mapping[str, str], code: str, name: str,
@@ -191,8 +197,7 @@ def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, st
     if requirements is None:
         return
     pins = stack_pins()
-    check_requirements(requirements, name, pins)
-    lines = _read_lines(requirements)
+    lines = check_requirements(requirements, name, pins)
     constraints = os.path.join(scratch, "stack-constraints.txt")
     with open(constraints, "w", encoding="utf-8") as f:
         f.write(constraints_text(pins))
