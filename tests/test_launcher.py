@@ -223,3 +223,16 @@ def test_opentc_run_given_a_working_folder_for_the_cache_publishes_it_and_remove
     failed = run([*argv, SCRIPTS / "crash.py"], tmp_path)
     assert failed.returncode != 0
     assert not os.path.exists(cache_folder_for(str(work), "cpu")), "a failed run's copy is removed too"
+
+
+def test_a_report_that_cannot_be_made_never_fails_a_script_that_succeeded(tmp_path):
+    """Issue 40 (design review): session.finish was not guarded, so a failure while making the compile report or the
+    measurements turned a script that succeeded into exit 1, with no failure record."""
+    result = run([BIN / "opentc-worker", "--backend", "eager", "--summary-dir", tmp_path / "records",
+                  SCRIPTS / "breaks_the_report.py"], tmp_path, timeout=120,
+                 TORCHELASTIC_ERROR_FILE=str(tmp_path / "error.json"))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "trained" in result.stdout
+    assert ("the compile report and this worker's measurements could not be made: RuntimeError: the step "
+            "statistics are broken") in result.stdout
+    assert not (tmp_path / "error.json").exists()
