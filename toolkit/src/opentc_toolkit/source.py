@@ -18,7 +18,7 @@ from opentc_launcher.text import printable
 from . import hf_stack
 from .job import TrainingJob
 from .job_files import MiB, read_regular
-from .not_started import BadInput, RequirementsFailed
+from .not_started import BadInput, CodeNotFetched, JobNotStarted, RequirementsFailed
 from .outcome import last_lines
 from .stack import conflicts, constraints_text, stack_pins
 from .supervisor import Command, JobStopped, ProcessResult, Supervisor
@@ -102,11 +102,34 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} is a corrupt tarball: "
                              f"{type(e).__name__}: {e}. Upload the source folder again as a .tar.gz.") from None
-    except Exception as e:  # noqa: BLE001  (boto3's errors: the user's input was wrong, or S3 unreachable)
-        raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched "
-                             f"into {target}: {type(e).__name__}: {e}") from None
+    except Exception as e:  # noqa: BLE001  (boto3's errors, the disk's: the job's fault or not, as fetch_failure says)
+        raise fetch_failure(e, f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched into "
+                               f"{target}: {type(e).__name__}: {e}") from None
     log.info("the job's code: sagemaker_submit_directory %s, in %s", uri, target)
     return target
+
+
+# What S3 answers when the job names an object that is not there, or one its role may not read: the job is wrong.
+_NAMED_WRONG_CODES = {"NoSuchKey", "NoSuchBucket", "AccessDenied", "InvalidBucketName", "InvalidObjectState", "404",
+                      "403", "400"}
+
+
+def fetch_failure(error: Exception, said: str) -> JobNotStarted:
+    """Why the code could not be fetched, as the refusal the job ends with: bad input (exit 2: change the job) only
+    when the job named something that cannot be fetched (no such object or bucket, no access to it, a malformed
+    URI); an outage (no connection, a timeout, S3's own 5xx or throttling, no credentials in the container) or a
+    disk that is full is no fault of the job's (exit 1: run it again)."""
+    from botocore.exceptions import ClientError, ParamValidationError  # sagemaker-training's, through boto3
+
+    if isinstance(error, ClientError):
+        answer = error.response.get("Error", {}).get("Code", "")
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if answer in _NAMED_WRONG_CODES or status in (400, 403, 404):
+            return BadInput(f"{said}. Check the URI, and that the job's role may read it.")
+    elif isinstance(error, (ParamValidationError, ValueError)):
+        return BadInput(f"{said}. Use an s3:// or file:// URI of a .tar.gz, or a folder inside the container.")
+    return CodeNotFetched(f"{said}. This is not the job's fault (S3 or the network did not answer, or the "
+                          f"container could not store the code): run the job again.")
 
 
 MAX_REQUIREMENTS_BYTES = MiB   # a requirements file is a few hundred bytes; past this, not one
