@@ -92,7 +92,9 @@ def read_model_trainer_source(base: str) -> ModelTrainerSource | None:
         entry_script=entry_script,
         command=source.get("command") or None,
         requirements=source.get("requirements") or "requirements.txt",
-        torchrun="smp" in distributed,
+        # The SDK writes Torchrun's every field (smp among them); a hand-written one may leave smp out, and a worker
+        # count still asks for Torchrun's workers (MPI, which also has one, is refused above).
+        torchrun="smp" in distributed or "process_count_per_node" in distributed,
         workers_per_host=count,
     )
 
