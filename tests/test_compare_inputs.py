@@ -20,7 +20,8 @@ import time
 import pytest
 
 from conftest import BIN, SilentServer, clean_env, free_port
-from opentc_compare.summary import FORMAT, MAX_BYTES
+from opentc_compare.summary import FORMAT, MAX_BYTES, NotASummary, load
+from opentc_compare.table import _ratio
 
 # Generous: the point is seconds, not the 3 minutes botocore's defaults take, on a busy 2-core machine too.
 SECONDS = 30
@@ -85,6 +86,44 @@ WRONG_TYPES = [
 def test_a_field_of_the_wrong_type_is_named_with_what_was_found_and_what_is_accepted(tmp_path, fields, message):
     job = summary_job(tmp_path / "job", **fields)
     refused(compare(job), f"{job}: {message}")
+
+
+# --- issue 40 B: figures the check accepted broke the analysis (a wall time of -100 saved "+1100%") ---
+
+OUT_OF_RANGE = [
+    ({"wall_seconds": -100}, "field wall_seconds is -100, not a number of seconds from 0 to 1e9"),
+    ({"wall_seconds": 1.7e308}, "field wall_seconds is 1.7e+308, not a number of seconds from 0 to 1e9"),
+    ({"first_step_seconds": 1e300}, "field first_step_seconds is 1e+300, not a number of seconds from 0 to 1e9"),
+    ({"step_seconds": {"median": -0.01}}, "field step_seconds.median is -0.01, not a number of seconds from 0 to "
+                                          "1e9"),
+    ({"compile": {"seconds": -1}}, "field compile.seconds is -1, not a number of seconds from 0 to 1e9"),
+    ({"optimizer_steps": -3}, "field optimizer_steps is -3, not a whole number from 0"),
+    ({"step_seconds": {"measured_steps": -1}}, "field step_seconds.measured_steps is -1, not a whole number from 0"),
+    ({"workers": -2}, "field workers is -2, not a whole number from 0"),
+    ({"peak_memory_mb": -5.0}, "field peak_memory_mb is -5.0, not a number from 0 to 1e18"),
+    ({"throughput": {"samples_per_second": 1e300}}, "field throughput.samples_per_second is 1e+300, not a number "
+                                                    "from 0 to 1e18"),
+    ({"utilisation": {"mfu": -0.5}}, "field utilisation.mfu is -0.5, not a number from 0 to 1e18"),
+]
+
+
+@pytest.mark.parametrize(("fields", "message"), OUT_OF_RANGE, ids=[m.split(" is ")[0][6:] for _, m in OUT_OF_RANGE])
+def test_a_figure_no_job_measures_is_refused_naming_what_is_accepted(fields, message):
+    with pytest.raises(NotASummary) as refusal:
+        load(json.dumps({"format": FORMAT, **fields}).encode(), "job")
+    assert str(refusal.value) == f"job: {message} or null"
+
+
+def test_the_bounds_themselves_and_a_negative_loss_are_accepted():
+    load(json.dumps({"format": FORMAT, "wall_seconds": 1e9, "first_step_seconds": 0, "optimizer_steps": 0,
+                     "step_seconds": {"median": 0.0, "p90": 1e-300}, "peak_memory_mb": 1e18,
+                     "loss": {"points": [{"step": 1, "loss": -3.5}]}}).encode(), "job")
+
+
+def test_a_ratio_past_a_million_is_a_bound_never_a_300_digit_figure():
+    assert _ratio(1e9, 1e-300, faster_when_lower=True) == ">1,000,000x"
+    assert _ratio(0.5, 0.25, faster_when_lower=True) == "2.00x"
+    assert _ratio(0.5, 0.25, faster_when_lower=False) == "0.50x"
 
 
 @pytest.mark.parametrize("value", ["[" * 100_000 + "]" * 100_000, '{"a": ' * 100_000 + "1" + "}" * 100_000],

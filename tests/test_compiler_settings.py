@@ -111,11 +111,26 @@ def test_debug_puts_every_artefact_under_output_data_compiler():
 
 
 def test_user_set_variables_are_kept_and_reported():
-    base = {"XLA_FLAGS": "--xla_gpu_autotune_level=0", "USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "2"}
+    base = {"USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "2"}
     changes = env_for(JobSettings(enabled=True, debug=True), gpus=8, base=base)
-    assert not {"XLA_FLAGS", "USE_TORCH_XLA", "GPU_NUM_DEVICES"} & set(changes.applied)
-    assert dict(changes.kept) == {"XLA_FLAGS": "--xla_gpu_autotune_level=0", "GPU_NUM_DEVICES": "2"}
+    assert not {"USE_TORCH_XLA", "GPU_NUM_DEVICES"} & set(changes.applied)
+    assert dict(changes.kept) == {"GPU_NUM_DEVICES": "2"}
     assert changes.applied["XLA_METRICS_FILE"].endswith("XLA_METRICS_FILE.txt")
+
+
+def test_a_users_xla_flags_get_debug_modes_dump_flag_by_flag():
+    """Issue 40 (design review): a user's own XLA_FLAGS was kept whole, and debug mode's --xla_dump_to silently
+    dropped. Now the user's flags stay, each, and the flags they do not set are added (and said: added_flags)."""
+    dump = "--xla_dump_to=/opt/ml/output/data/compiler/xla_dump"
+    debug = JobSettings(enabled=True, debug=True)
+    changes = env_for(debug, base={"XLA_FLAGS": " --xla_gpu_autotune_level=0  --xla_dump_hlo_as_text "})
+    assert changes.applied["XLA_FLAGS"] == f"--xla_gpu_autotune_level=0  --xla_dump_hlo_as_text {dump}"
+    assert dict(changes.added_flags) == {"XLA_FLAGS": dump} and "XLA_FLAGS" not in changes.kept
+    own = env_for(debug, base={"XLA_FLAGS": "--xla_dump_to=/mine"})            # their own dump folder wins
+    assert "XLA_FLAGS" not in own.applied and dict(own.kept) == {"XLA_FLAGS": "--xla_dump_to=/mine"}
+    assert dict(own.added_flags) == {}
+    off = env_for(JobSettings(enabled=True), base={"XLA_FLAGS": "--xla_gpu_autotune_level=0"})   # no debug mode
+    assert "XLA_FLAGS" not in off.applied and not off.kept and not off.added_flags
 
 
 @pytest.mark.parametrize(("raw", "expected"), [({}, "xla"), ({BACKEND: '"inductor"'}, "inductor"),

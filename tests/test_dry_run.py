@@ -3,11 +3,16 @@ with nothing run, installed or written, and bad input refused as the job would r
 words), on stderr, with no failure file."""
 
 import json
+import shutil
 import subprocess
 
 import pytest
+from test_model_trainer import v3_job
 
-from conftest import TRAIN, train_env, tree
+from conftest import TRAIN, read_only, run_train, train_env, tree
+from opentc_toolkit.job import JobPaths
+from opentc_toolkit.not_started import BadInput
+from opentc_toolkit.output_folders import check_output_folders
 
 pytestmark = [pytest.mark.xla]
 
@@ -76,3 +81,78 @@ def test_a_requirement_that_would_move_torch_is_refused_before_paying(make_job):
     assert done.returncode == 2, done.stdout
     assert "requirements.txt asks for 'torch==1.13.1' (this image pins torch==" in done.stderr, done.stderr[-3000:]
     assert json.loads((job.config / "hyperparameters.json").read_text())   # the job is as it was
+
+
+# --- issue 40 C: the dry run refuses what the job refuses, and names the folder the job runs from ---
+
+def output_is_a_file(job) -> str:
+    shutil.rmtree(job.output, ignore_errors=True)
+    job.output.write_text("not a folder")
+    return f"the job folder cannot hold its output: {job.output / 'data'} cannot be created ({job.output} is a file"
+
+
+def model_is_a_file(job) -> str:
+    shutil.rmtree(job.model, ignore_errors=True)
+    job.model.write_text("not a folder")
+    return f"the job folder cannot hold its output: {job.model} cannot be created ({job.model} is a file, not a folder)"
+
+
+@pytest.mark.parametrize("damage", [output_is_a_file, model_is_a_file], ids=["output", "model"])
+def test_an_output_folder_that_is_a_file_is_refused_by_the_dry_run_and_the_job_in_the_same_words(make_job, damage):
+    job = make_job(script="argv_echo.py")
+    expected = damage(job)
+    before = tree(job.root)
+    done = dry_run(job)
+    assert done.returncode == 2 and expected in done.stderr, done.stdout + done.stderr[-3000:]
+    assert tree(job.root) == before
+    result = run_train(job)   # (with output/ a file, its failure is only in the log)
+    assert result.returncode == 2 and expected in result.output, result.output[-3000:]
+
+
+def test_a_read_only_output_data_is_refused_by_the_dry_run(make_job):
+    job = make_job(script="argv_echo.py")
+    data = job.output / "data"
+    data.mkdir(parents=True)
+    with read_only(data):
+        done = dry_run(job)
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    # The words of tests/test_bad_input.py's job on the same folder.
+    assert (f"the job folder cannot hold its output: nothing can be written in {data} (OSError: Read-only file "
+            f"system); output/data must be a writable folder") in done.stderr, done.stderr[-3000:]
+
+
+def test_an_sdk_v3_job_is_planned_from_the_folder_it_runs_from(make_job):
+    """The code channel is put into the (empty) code folder and runs from there; the plan said the dry run's own
+    temporary folder."""
+    job = v3_job(make_job, "argv_echo.py")
+    shutil.rmtree(job.root / "code")
+    (job.root / "code").mkdir()
+    done = dry_run(job)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"command (in {job.root / 'code'}):" in done.stdout, done.stdout
+    command = done.stdout.split("command (in ", 1)[1].splitlines()[1]
+    assert command.endswith(f"{job.root / 'code' / 'argv_echo.py'}"), command
+    assert list((job.root / "code").iterdir()) == []                 # and nothing was put there
+
+
+@pytest.mark.parametrize("create", [False, True], ids=["dry run", "job"])
+def test_the_output_folders_rule_value_by_value(tmp_path, create):
+    """output_folders.check_output_folders, in this process: what the dry run predicts is what the job finds."""
+    paths = JobPaths(str(tmp_path / "job"))
+
+    def refusal(compiler_on=True):
+        with pytest.raises(BadInput) as refused:
+            check_output_folders(paths, compiler_on, create)
+        return str(refused.value)
+
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "output").write_text("")
+    assert f"{paths.output_data} cannot be created ({paths.output} is a file, not a folder)" in refusal()
+    (tmp_path / "job" / "output").unlink()
+    (tmp_path / "job" / "output").mkdir()
+    (tmp_path / "job" / "output" / "data").mkdir()
+    (tmp_path / "job" / "output" / "data" / "compiler").write_text("")
+    assert f"{paths.compiler_output} cannot be created ({paths.compiler_output} is a file" in refusal()
+    before = tree(tmp_path)
+    check_output_folders(paths, compiler_on=False, create=create)   # the compiler's folder is not the job's then
+    assert (tree(tmp_path) == before) != create                      # the job made model/; the dry run nothing

@@ -177,3 +177,61 @@ def test_what_the_device_tool_would_not_bring_back_is_named(tmp_path):
     assert "large.bin: 17825792 bytes, over 16777216" in problems
     assert "a/b/c/deep.txt: more than 2 folders down" in problems
     assert "odd name.txt: a name with characters other than" in problems
+
+
+# --- issue 40 K: bad input is one line, never a traceback, and pack never deletes the kit it cannot replace ---
+
+def test_a_pack_that_cannot_download_leaves_the_kit_it_had(tmp_path, monkeypatch, capsys):
+    """`pack` without the index removed the kit first, then failed: nothing left to carry."""
+    wheels = tmp_path / "kit" / "wheels"
+    wheels.mkdir(parents=True)
+    (wheels / "boto3-1.0-py3-none-any.whl").write_bytes(b"the kit it had")
+    monkeypatch.setattr(kit, "KIT", tmp_path / "kit")
+    monkeypatch.setattr(kit, "WHEELS", wheels)
+    monkeypatch.setattr(kit, "REPO", tmp_path)
+    monkeypatch.setattr(kit, "pins", lambda: {})
+
+    def no_index(argv, **kwargs):
+        return kit.subprocess.CompletedProcess(argv, 1, "ERROR: Could not find a version that satisfies the "
+                                                        "requirement pip (from versions: none)\n")
+
+    monkeypatch.setattr(kit.subprocess, "run", no_index)
+    assert kit.pack() == 1
+    assert [p.name for p in wheels.iterdir()] == ["boto3-1.0-py3-none-any.whl"]
+    assert (wheels / "boto3-1.0-py3-none-any.whl").read_bytes() == b"the kit it had"
+    assert sorted(p.name for p in (tmp_path / "kit").iterdir()) == ["wheels"]      # nothing half-made left
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith("dev/gpu-kit pack: pip download ") and \
+        said.rstrip().endswith("(from versions: none); the kit in kit/wheels is left as it was"), said
+
+
+def git(folder, *args):
+    kit.subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+
+
+def test_plan_outside_a_git_checkout_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(kit, "REPO", tmp_path)
+    monkeypatch.setattr(kit, "KIT", tmp_path / ".work" / "gpu-kit")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))   # no checkout above it either
+    assert kit.main(["plan"]) == 2
+    said = capsys.readouterr()
+    assert said.err.count("\n") == 1 and said.err.startswith(f"dev/gpu-kit plan: {tmp_path} is not a git checkout"), \
+        said.err
+
+
+def test_plan_lists_a_file_whose_name_is_not_utf8(tmp_path, monkeypatch):
+    git(tmp_path, "init", "-q")
+    name = os.fsdecode(b"notes-\xff.txt")
+    (tmp_path / name).write_bytes(b"12345")
+    monkeypatch.setattr(kit, "REPO", tmp_path)
+    monkeypatch.setattr(kit, "KIT", tmp_path / ".work" / "gpu-kit")
+    assert kit.carried_files() == [(name, 5)]
+
+
+@pytest.mark.parametrize("command", [["largest-batch", "--backend", "eager"], ["rehearse"], ["run"],
+                                     ["install", "--venv", "/tmp/never-made"]])
+def test_a_python_that_is_not_there_is_one_line(command, capsys):
+    assert kit.main([*command, "--python", "/missing/python3"]) == 2
+    said = capsys.readouterr().err
+    assert said == (f"dev/gpu-kit {command[0]}: --python /missing/python3 is not a Python this can run: give the path "
+                    f"of a python executable (or a name on PATH)\n")

@@ -1,13 +1,17 @@
 """The launcher on its own, outside SageMaker: opentc-run like torchrun, and the worker bootstrap."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import BIN, SCRIPTS, clean_env, free_port, no_torch_xla
 from opentc_launcher.commands import run_command, worker_command
+from opentc_launcher.inductor.cache_dirs import cache_folder_for
+from opentc_launcher.published_cache import MANIFEST
 
 
 def run(argv, tmp_path, timeout=180, **env):
@@ -142,8 +146,11 @@ def test_missing_script_is_named(tmp_path):
     (["--nnodes", "2", "--nproc-per-node", "1"], {"NODE_RANK": "1" * 5000}, "is not accepted: use a whole number >= 0"),
     (["--standalone", "--nproc-per-node", "100000"], {}, "--nproc-per-node 100000 asks for 100000 workers on this "
                                                          "host, more than any host can run"),
+    (["--standalone", "--nproc-per-node", "1", "--compile-cache-dir", "cache", "--compile-cache-work-dir", "./cache"],
+     {}, "--compile-cache-work-dir './cache' is not accepted: it is --compile-cache-dir itself"),
 ], ids=["nproc-0", "master-port-variable", "master-port-option", "node-rank", "nproc-superscript",
-        "nnodes-superscript", "node-rank-variable-superscript", "node-rank-variable-5000-digits", "nproc-100000"])
+        "nnodes-superscript", "node-rank-variable-superscript", "node-rank-variable-5000-digits", "nproc-100000",
+        "cache-work-dir-is-the-cache"])
 def test_a_bad_launch_value_is_exit_2_naming_it_not_a_rendezvous_failure(tmp_path, options, env, expected):
     result = run([BIN / "opentc-run", *options, "--backend", "eager", "--failure-report", tmp_path / "failure.json",
                   SCRIPTS / "report_env.py"], tmp_path, timeout=60, **env)
@@ -194,3 +201,38 @@ def test_the_inductor_backend_runs_where_torch_xla_is_not_installed(tmp_path):
     # The blocker works, and a backend that is not installed is refused before the script, naming what is missing.
     assert failed.returncode == 2 and "PyTorch/XLA (the torch-xla package) is not installed here" in failed.stdout
     assert not (tmp_path / "argv.json").exists()
+
+
+def test_opentc_run_given_a_working_folder_for_the_cache_publishes_it_and_removes_its_copy(tmp_path):
+    """Issue 40 I: with --compile-cache-work-dir, opentc-run took the copy for its caller's and never published it
+    (while the worker logged that it would be), so the next run was cold; a failed run left its copy behind. Now
+    opentc-run given the folder alone owns the copy there (the toolkit says --compile-cache-copy-opened)."""
+    cache, work = tmp_path / "cache", tmp_path / "work"
+    argv = [BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--backend", "inductor", "--device", "cpu",
+            "--compile-cache-dir", cache, "--compile-cache-work-dir", work]
+    stale = cache_folder_for(str(work), "cpu") + "/stale-from-a-killed-run.bin"
+    os.makedirs(os.path.dirname(stale))
+    Path(stale).write_bytes(b"x")
+    result = run([*argv, SCRIPTS / "argv_echo.py"], tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    published = Path(cache_folder_for(str(cache), "cpu"))
+    assert (published / MANIFEST).exists(), result.stdout[-3000:]
+    assert "stale-from-a-killed-run.bin" not in (published / MANIFEST).read_text()
+    assert "compilation cache: published " in result.stdout
+    assert not os.path.exists(cache_folder_for(str(work), "cpu")), "the copy is removed once published"
+    failed = run([*argv, SCRIPTS / "crash.py"], tmp_path)
+    assert failed.returncode != 0
+    assert not os.path.exists(cache_folder_for(str(work), "cpu")), "a failed run's copy is removed too"
+
+
+def test_a_report_that_cannot_be_made_never_fails_a_script_that_succeeded(tmp_path):
+    """Issue 40 (design review): session.finish was not guarded, so a failure while making the compile report or the
+    measurements turned a script that succeeded into exit 1, with no failure record."""
+    result = run([BIN / "opentc-worker", "--backend", "eager", "--summary-dir", tmp_path / "records",
+                  SCRIPTS / "breaks_the_report.py"], tmp_path, timeout=120,
+                 TORCHELASTIC_ERROR_FILE=str(tmp_path / "error.json"))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "trained" in result.stdout
+    assert ("the compile report and this worker's measurements could not be made: RuntimeError: the step "
+            "statistics are broken") in result.stdout
+    assert not (tmp_path / "error.json").exists()

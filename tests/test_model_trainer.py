@@ -8,6 +8,7 @@ import json
 import shutil
 
 from conftest import SCRIPTS, Job, run_train
+from opentc_toolkit.model_trainer import read_model_trainer_source
 
 
 def v3_job(make_job, script: str, distributed: dict | None = None, **hyperparameters) -> Job:
@@ -69,3 +70,17 @@ def test_more_workers_than_a_host_can_run_names_who_asked(make_job):
     result = run_train(job, timeout=120)
     assert result.returncode == 2, result.output[-3000:]
     assert "Torchrun(process_count_per_node) asks for 100000 workers on this host" in job.failure
+
+
+def test_a_worker_count_without_smp_asks_for_torchrun_too(tmp_path):
+    """Issue 40 (round 5 leftover): a hand-written distributed.json with process_count_per_node and no smp key ran
+    one worker and said nothing; the SDK writes both, and the count alone asks for Torchrun's workers."""
+    drivers = tmp_path / "input" / "data" / "sm_drivers"
+    drivers.mkdir(parents=True)
+    (drivers / "sourcecode.json").write_text(json.dumps({"entry_script": "train.py"}))
+    for distributed, torchrun, workers in (({"process_count_per_node": 2}, True, 2),
+                                           ({"process_count_per_node": 2, "smp": None}, True, 2),
+                                           ({"smp": None}, True, None), ({}, False, None)):
+        (drivers / "distributed.json").write_text(json.dumps(distributed))
+        source = read_model_trainer_source(str(tmp_path))
+        assert (source.torchrun, source.workers_per_host) == (torchrun, workers), distributed

@@ -194,6 +194,8 @@ def test_the_inductor_backend_plans_plain_pytorch_workers_that_compile():
     assert option(argv, "--nproc-per-node") == "2"            # several CPU workers: gloo has collectives
     assert p.command.env["USE_TORCH_XLA"] == "0" and p.command.env["ACCELERATE_DYNAMO_BACKEND"] == "inductor"
     assert option(argv, "--compile-cache-dir") == os.path.join("/opt/ml/checkpoints", "compile-cache")
+    # The toolkit opens and publishes the working copy (entry, wrap_up): opentc-run is told to leave it (issue 40 I).
+    assert option(argv, "--compile-cache-work-dir") and "--compile-cache-copy-opened" in argv
     p = plan(job(gpus=4), JobSettings(enabled=True, compiler_name="inductor"),
              env={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "ACCELERATE_DYNAMO_MODE": "max-autotune"})
     assert option(p.command.argv, "--device") == "cuda"

@@ -5,6 +5,7 @@ the same)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
-from opentc_launcher.published_cache import MANIFEST, PUBLISHING, WorkingCopy
+from conftest import run_train, start_train, stop, wait_for
+from opentc_launcher.published_cache import LOCK, LOCK_WAIT, MANIFEST, PUBLISHING, StopRequested, WorkingCopy
 
 FILES = 200
 
@@ -196,3 +197,150 @@ def test_a_published_file_that_is_not_what_its_manifest_says_sets_the_cache_asid
     assert not any((tmp_path / "b-working").rglob("*.bin"))            # nothing of the damaged cache is used
     [aside] = [p for p in published.parent.iterdir() if ".set-aside-" in p.name]
     assert (aside / MANIFEST).exists()                                    # kept whole, for a look
+
+
+# --- issue 40 F: a lock the job cannot open never costs it its run; G: a stop ends a wait for the lock ---
+
+def published_cache(tmp_path: Path) -> Path:
+    """A published cache of 10 files, its lock file removed (each test puts something of its own there)."""
+    published = tmp_path / "cache" / "inductor"
+    publish_once(published, tmp_path, "first")
+    (published.parent / LOCK).unlink()
+    return published
+
+
+def planted_folder(lock: Path) -> str:
+    lock.mkdir()
+    return f"the lock {lock} cannot be opened (Is a directory)"
+
+
+def planted_dangling_link(lock: Path) -> str:
+    lock.symlink_to(lock.parent.parent / "outside" / "made-by-the-job")
+    return f"the lock {lock} is a link"
+
+
+def planted_fifo(lock: Path) -> str:
+    os.mkfifo(lock)
+    return f"the lock {lock} is not a regular file"
+
+
+@pytest.mark.parametrize("plant", [planted_folder, planted_dangling_link, planted_fifo],
+                         ids=["folder", "dangling link", "fifo"])
+def test_a_lock_that_cannot_be_opened_means_the_cache_is_used_as_it_is_and_not_published(tmp_path, plant):
+    """Issue 40 F: a lock file the job could not open failed the job (exit 1, the script never ran), and a link at
+    the lock's name made a file wherever it pointed. Now the published cache is read as a read-only one is, and this
+    job's entries are not published; nothing is made outside the cache's folder."""
+    published = published_cache(tmp_path)
+    (tmp_path / "outside").mkdir()
+    why = plant(published.parent / LOCK)
+    cache = WorkingCopy(published=str(published), working=str(tmp_path / "working"))
+    said = cache.open()
+    assert said.startswith(f"warm: 10 files (4.5 KB) checked against its manifest and copied; {why}, so the cache is "
+                           f"used as it is and this job's new entries are not published"), said
+    fill(Path(cache.working), 10, "second")
+    assert cache.publish() == f"not published: {why}"
+    assert (published / "sub0" / "entry0.bin").read_bytes().startswith(b"first:0")   # as it was
+    assert list((tmp_path / "outside").iterdir()) == []
+
+
+def test_a_lock_that_goes_bad_between_open_and_publish_is_not_published_and_says_why(tmp_path):
+    published = published_cache(tmp_path)
+    cache = WorkingCopy(published=str(published), working=str(tmp_path / "working"))
+    cache.open()
+    (published.parent / LOCK).unlink()
+    why = planted_folder(published.parent / LOCK)
+    assert cache.publish() == f"not published: {why}"
+    assert (published / "sub0" / "entry0.bin").read_bytes().startswith(b"first:0")
+
+
+class Held:
+    """Another job's hold on the lock: a flock on its own open file description."""
+
+    def __init__(self, root: Path):
+        root.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(root / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+def stopped_after(seconds: float):
+    at = time.monotonic() + seconds
+    return lambda: time.monotonic() >= at
+
+
+def test_a_stop_ends_the_wait_for_another_jobs_lock_at_open(tmp_path):
+    """Issue 40 G: the wait slept up to LOCK_WAIT (120 s, SageMaker's whole grace before SIGKILL) without looking
+    at the stop. With the product's own LOCK_WAIT: it ends within a second of the stop."""
+    assert LOCK_WAIT == 120
+    published = tmp_path / "cache" / "inductor"
+    held = Held(published.parent)
+    try:
+        cache = WorkingCopy(published=str(published), working=str(tmp_path / "working"))
+        started = time.monotonic()
+        said = cache.open(stopped_after(1.0))
+        assert time.monotonic() - started < 10, said
+        assert said == "not used: the job is stopping" and not cache.writable
+    finally:
+        held.release()
+
+
+def test_a_stop_ends_a_publication_waiting_for_the_lock_or_copying(tmp_path):
+    published = published_cache(tmp_path)
+    cache = WorkingCopy(published=str(published), working=str(tmp_path / "working"))
+    cache.open()
+    fill(Path(cache.working), 10, "second")
+    held = Held(published.parent)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StopRequested, match="the job is stopping: no longer waiting for"):
+            cache.publish(stopped_after(1.0))
+        assert time.monotonic() - started < 10
+    finally:
+        held.release()
+    with pytest.raises(StopRequested, match=r"the publication to .* was given up"):
+        cache.publish(lambda: True)   # the lock is free: the stop is seen between two files
+    assert (published / "sub0" / "entry0.bin").read_bytes().startswith(b"first:0")   # as it was
+    assert sorted(os.listdir(published.parent)) == [LOCK, "inductor"]                 # nothing staged left
+
+
+def cached_job(make_job, cache: Path):
+    """A job on Inductor with a compilation cache whose script compiles nothing: what is measured is the cache's
+    working copy around it, in the real `train`."""
+    return make_job(script="argv_echo.py", sagemaker_training_compiler_enabled=True,
+                    sagemaker_training_compiler_backend="inductor", sagemaker_training_compiler_cache_dir=str(cache))
+
+
+def test_a_job_whose_cache_lock_cannot_be_opened_runs_its_script_and_says_it_does_not_publish(make_job, tmp_path):
+    """Issue 40 F, through `train`: exit 1, "the toolkit failed", the script never ran."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    why = planted_folder(cache / LOCK)
+    job = cached_job(make_job, cache)
+    result = run_train(job, timeout=300)
+    assert result.returncode == 0, result.output[-3000:]
+    assert (job.model / "argv.json").exists()
+    assert f"{why}, so the cache is used as it is and this job's new entries are not published" in result.output
+    assert f"compilation cache: not published: {why}" in result.output
+
+
+def test_a_job_stopped_while_it_waits_for_another_jobs_lock_ends_at_once(make_job, tmp_path):
+    """Issue 40 G, through `train`: SIGTERM 5 s into the wait, and the job ended 115 s later (SageMaker's grace
+    before SIGKILL is 120 s). The product's own LOCK_WAIT and grace."""
+    cache = tmp_path / "cache"
+    held = Held(cache)
+    job = cached_job(make_job, cache)
+    log = tmp_path / "train.log"
+    proc = start_train(job, log)
+    try:
+        wait_for(lambda: "another job holds" in log.read_text(), 120, "the wait for the lock", proc, log)
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        assert proc.wait(timeout=LOCK_WAIT) == 128 + signal.SIGTERM
+        assert time.monotonic() - started < 15, log.read_text()[-3000:]
+    finally:
+        stop(proc)
+        held.release()
+    assert not (job.model / "argv.json").exists(), "the script never started"
+    assert "compilation cache" in log.read_text() and "not used: the job is stopping" in log.read_text()

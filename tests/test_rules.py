@@ -237,3 +237,46 @@ def test_a_stop_after_the_cache_was_published_does_not_say_the_publication_was_c
     outcome = wrap_up(Outcome(exit_codes.OK), recorder, StopAfter(reads), {}, 30)
     assert outcome.stopped and outcome.exit_code == 143
     assert outcome.message == f"Training stopped: SIGTERM received {said}"
+
+
+# -- the XLA compile report's host-read finding (xla/diagnostics._findings) ------------------------------------------
+def host_read_findings(optimizer_steps: int, syncs: int, evaluations: int, host_checks: dict[str, int]):
+    from opentc_launcher.compile_report import CompileTimeline
+    from opentc_launcher.steps import StepCounter
+    from opentc_launcher.xla.diagnostics import StepActivity, _findings
+    from opentc_launcher.xla.loss_scaling import LossScalingWatch
+
+    steps, activity, watch = StepCounter(), StepActivity(), LossScalingWatch()
+    steps.steps, activity.steps_with_host_reads = optimizer_steps, max(0, optimizer_steps - 1)
+    watch.host_checks.update(host_checks)
+    return _findings(CompileTimeline(warmup_steps=5), {}, evaluations, syncs, steps, activity, {}, watch)
+
+
+def test_fp16_that_overflowed_every_step_keeps_its_cause_and_its_fix():
+    """Issue 40 J: every step overflowed, so the scaler skipped every optimizer step (0 counted) and the reads were
+    counted by sync: the finding said "log less often", without the cause the report had counted ({AdamW: 6})."""
+    from opentc_launcher.xla.loss_scaling import FIX
+
+    [finding] = host_read_findings(optimizer_steps=0, syncs=6, evaluations=6, host_checks={"AdamW": 6})
+    assert finding.problem == (
+        "6 explicit evaluation(s) (a tensor read back to the host) in 6 sync(s). fp16 loss scaling reads them: "
+        "GradScaler.step checked for overflow on the host before stepping AdamW (6 steps), an optimizer that cannot "
+        "take that check as a tensor. It found inf or nan gradients in every one of the 6 and skipped them: the "
+        "optimizer stepped 0 time(s).")
+    assert finding.fix == FIX
+
+
+def test_fp16_that_overflowed_some_steps_says_how_many_were_skipped():
+    [finding] = host_read_findings(optimizer_steps=9, syncs=12, evaluations=12, host_checks={"AdamW": 12})
+    assert finding.problem.endswith("It found inf or nan gradients in 3 of the 12 and skipped them: the optimizer "
+                                    "stepped 9 time(s).")
+    [finding] = host_read_findings(optimizer_steps=12, syncs=12, evaluations=12, host_checks={"AdamW": 12})
+    assert finding.problem.endswith("as a tensor.")                      # none skipped: nothing more said
+
+
+def test_host_reads_of_the_scripts_own_are_told_to_log_less_often():
+    from opentc_launcher.xla.diagnostics import EVALUATION_FIX
+
+    [finding] = host_read_findings(optimizer_steps=0, syncs=6, evaluations=6, host_checks={})
+    assert finding.problem == "6 explicit evaluation(s) (a tensor read back to the host) in 6 sync(s)."
+    assert finding.fix == EVALUATION_FIX

@@ -14,6 +14,8 @@ import zipfile
 import pytest
 
 from conftest import BIN, free_port, run_train
+from opentc_toolkit.not_started import BadInput, CodeNotFetched
+from opentc_toolkit.source import fetch_failure
 
 DEP = "opentc_testdep"
 
@@ -168,3 +170,45 @@ def test_an_updated_tarball_reruns_the_update_in_a_job_folder_used_twice(make_jo
     assert result.returncode == 0, result.output[-4000:]
     assert (job.model / "dep.txt").read_text() == "version 2"
     assert "the submitted code runs" in result.output
+
+
+# --- issue 40 (design review): a fetch outage is not bad input ---
+
+@pytest.mark.parametrize(("error", "refusal"), [
+    ("no such key", BadInput), ("no such bucket", BadInput), ("access denied", BadInput), ("malformed", BadInput),
+    ("throttled", CodeNotFetched), ("s3 down", CodeNotFetched), ("no connection", CodeNotFetched),
+    ("timeout", CodeNotFetched), ("no credentials", CodeNotFetched), ("disk full", CodeNotFetched),
+])
+def test_a_fetch_is_bad_input_only_when_the_job_named_what_cannot_be_fetched(error, refusal):
+    from botocore.exceptions import (
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ParamValidationError,
+        ReadTimeoutError,
+    )
+
+    def answered(code, status):
+        return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject")
+
+    errors = {"no such key": answered("404", 404), "no such bucket": answered("NoSuchBucket", 404),
+              "access denied": answered("403", 403), "malformed": ParamValidationError(report="bad bucket name"),
+              "throttled": answered("SlowDown", 503), "s3 down": answered("InternalError", 500),
+              "no connection": EndpointConnectionError(endpoint_url="https://s3.amazonaws.com"),
+              "timeout": ReadTimeoutError(endpoint_url="https://s3.amazonaws.com"),
+              "no credentials": NoCredentialsError(), "disk full": OSError(28, "No space left on device")}
+    found = fetch_failure(errors[error], "it could not be fetched")
+    assert type(found) is refusal and found.exit_code == (2 if refusal is BadInput else 1)
+    assert str(found).startswith("it could not be fetched. ")
+    if refusal is CodeNotFetched:
+        assert "not the job's fault" in str(found) and "run the job again" in str(found)
+
+
+def test_an_s3_endpoint_that_does_not_answer_fails_the_job_without_blaming_it(make_job):
+    job = job_with_source(make_job, "s3://jobs/prefix/source/sourcedir.tar.gz")
+    result = run_train(job, timeout=300, S3_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}", AWS_ACCESS_KEY_ID="x",
+                       AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1")
+    assert result.returncode == 1, result.output[-3000:]
+    assert job.failure.startswith("Training not started: sagemaker_submit_directory "
+                                  "'s3://jobs/prefix/source/sourcedir.tar.gz' could not be fetched"), job.failure
+    assert "This is not the job's fault" in job.failure

@@ -51,6 +51,15 @@ def test_launch_child_honours_the_compilation_limit(make_job):
     assert child["exit_code"] == 4 and child["graphs_compiled"] == 4, child
 
 
+def test_a_process_that_ends_by_itself_a_moment_after_the_script_is_not_left_behind(make_job):
+    """Issue 40 (design review): a clean torch_xla.launch job under load logged processes "left behind": the check
+    ran while a child was still ending. Every process now gets a moment (supervisor.EXIT_WAIT) to end by itself."""
+    job = make_job(script="child_ends_after_the_script.py", sagemaker_training_compiler_enabled=False)
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-6000:]
+    assert "left behind" not in result.output, result.output[-3000:]
+
+
 def test_a_real_orphan_is_reported_and_stopped(make_job):
     job = make_job(script="leaves_orphan.py")
     result = run_train(job)

@@ -87,14 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# No instance costs near this; a bound keeps a job's cost (wall time x price x hosts) a finite figure.
+MAX_PRICE = 1_000_000
+
+
 def price_per_hour(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and 0 < value <= MAX_PRICE):
         raise InputError(f"--price-per-hour {text[:40]!r} is not accepted: give the USD price of one instance-hour, a "
-                         f"number above 0 (e.g. 1.515 for an ml.g5.2xlarge)")
+                         f"number above 0 and at most {MAX_PRICE:,.0f} (e.g. 1.515 for an ml.g5.2xlarge)")
     return value
 
 

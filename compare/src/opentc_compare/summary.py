@@ -30,10 +30,44 @@ class NotASummary(ValueError):
     """A file that is not a job summary this version reads; the message says what it is instead."""
 
 
+@dataclass(frozen=True)
+class Kind:
+    """A value a field may hold: `accepts` says yes or no, `name` is what messages call it."""
+    name: str
+    accepts: Callable[[Any], bool]
+
+
+def _fits_a_float(value: Any) -> bool:
+    try:   # the table scales figures as floats: an int past 1.8e308 would raise OverflowError there
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+NUMBER = Kind("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and _fits_a_float(v))
+WHOLE = Kind("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool) and _fits_a_float(v))
+TEXT = Kind("text", lambda v: isinstance(v, str))
+FLAG = Kind("true or false", lambda v: isinstance(v, bool))
+KINDS: dict[Any, Kind] = {float: NUMBER, int: WHOLE, str: TEXT, bool: FLAG}
+
+
+# What the job measured is never below zero, and a figure past these bounds is no job's: refused, so that the
+# arithmetic made on them (ratios, costs, break-even, sums over hosts) stays finite and means something.
+MAX_SECONDS = 1e9    # about 31 years; SageMaker stops a job after 28 days at most
+MAX_AMOUNT = 1e18    # rates, memory and FLOPs: far beyond any machine's
+SECONDS = Kind("a number of seconds from 0 to 1e9",
+               lambda v: NUMBER.accepts(v) and 0 <= v <= MAX_SECONDS)
+COUNT = Kind("a whole number from 0", lambda v: WHOLE.accepts(v) and v >= 0)
+AMOUNT = Kind("a number from 0 to 1e18", lambda v: NUMBER.accepts(v) and 0 <= v <= MAX_AMOUNT)
+Seconds = Annotated[float, SECONDS]
+Count = Annotated[int, COUNT]
+Amount = Annotated[float, AMOUNT]
+
+
 # The format, defined once: the toolkit builds a JobSummary, and a file read here is checked against these types
 # (SCHEMA, made from them) before the table and the plot take its types for granted. Every field may be null, and
 # missing (total=False: a newer toolkit may add fields, and an older one lack some); a loss point has both of its.
-# Annotated[..., "words"] names a value for messages.
+# Annotated[..., "words"] names a value for messages; Annotated[..., KIND] narrows what a value may be.
 class Outcome(TypedDict, total=False):
     exit_code: int | None
     succeeded: bool | None
@@ -46,19 +80,19 @@ Versions = TypedDict("Versions", {"torch": str | None, "torch-xla": str | None, 
 
 
 class StepSeconds(TypedDict, total=False):
-    median: float | None
-    p90: float | None
-    measured_steps: int | None
-    warmup_steps: int | None
-    compiling_left_out: int | None   # later steps that compiled a graph, not in median and p90
+    median: Seconds | None
+    p90: Seconds | None
+    measured_steps: Count | None
+    warmup_steps: Count | None
+    compiling_left_out: Count | None   # later steps that compiled a graph, not in median and p90
 
 
 class Throughput(TypedDict, total=False):
-    samples_per_second: float | None
-    tokens_per_second: float | None
+    samples_per_second: Amount | None
+    tokens_per_second: Amount | None
     source: str | None
-    trainer_samples_per_second: float | None
-    trainer_tokens_per_second: float | None
+    trainer_samples_per_second: Amount | None
+    trainer_tokens_per_second: Amount | None
 
 
 class LossPoint(TypedDict):
@@ -72,24 +106,24 @@ class Loss(TypedDict, total=False):
 
 
 class Compiled(TypedDict, total=False):
-    seconds: float | None
-    graphs_compiled: int | None
-    cache_hits: int | None
+    seconds: Seconds | None
+    graphs_compiled: Count | None
+    cache_hits: Count | None
 
 
 class Utilisation(TypedDict, total=False):
     """Model FLOPs utilisation (opentc_launcher.mfu): `mfu` a fraction of the GPU's dense peak, or null with
     `why_not`."""
-    mfu: float | None
+    mfu: Amount | None
     why_not: str | None
     model: str | None
     dtype: str | None            # what the matrix multiplies ran in: bf16, fp16, tf32, fp32
     dtype_from: str | None
     gpu: str | None
-    flops_per_token: float | None
-    sequence: float | None
-    tokens_per_second_per_gpu: float | None
-    peak_tflops: float | None
+    flops_per_token: Amount | None
+    sequence: Amount | None
+    tokens_per_second_per_gpu: Amount | None
+    peak_tflops: Amount | None
     peak_source: str | None
 
 
@@ -99,30 +133,23 @@ class JobSummary(TypedDict, total=False):
     outcome: Outcome | None
     backend: str | None
     device: str | None
-    workers: int | None
-    workers_on_this_host: int | None
+    workers: Count | None
+    workers_on_this_host: Count | None
     hosts: Annotated[list[str], "a list of host names"] | None
     current_host: str | None
     versions: Versions | None
-    wall_seconds: float | None
-    first_step_seconds: float | None
-    optimizer_steps: int | None
+    wall_seconds: Seconds | None
+    first_step_seconds: Seconds | None
+    optimizer_steps: Count | None
     step_seconds: StepSeconds | None
     throughput: Throughput | None
     utilisation: Utilisation | None
     loss: Loss | None
-    peak_memory_mb: float | None
+    peak_memory_mb: Amount | None
     compile: Compiled | None
     findings: Annotated[list[str], "a list of findings"] | None
     # One worker process's figures each (the launcher's worker record): nothing here reads inside.
     processes: Annotated[list[dict[str, Any]], "a list of objects, one per worker process"] | None
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A value a field may hold: `accepts` says yes or no, `name` is what messages call it."""
-    name: str
-    accepts: Callable[[Any], bool]
 
 
 @dataclass(frozen=True)
@@ -144,26 +171,14 @@ class ListOf:
 Shape = Kind | Record | ListOf
 
 
-def _fits_a_float(value: Any) -> bool:
-    try:   # the table scales figures as floats: an int past 1.8e308 would raise OverflowError there
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
-
-
-NUMBER = Kind("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and _fits_a_float(v))
-WHOLE = Kind("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool) and _fits_a_float(v))
-TEXT = Kind("text", lambda v: isinstance(v, str))
-FLAG = Kind("true or false", lambda v: isinstance(v, bool))
-KINDS: dict[Any, Kind] = {float: NUMBER, int: WHOLE, str: TEXT, bool: FLAG}
-
-
 def shape_of(annotation: Any, name: str = "") -> Shape:
     """The check for a value of a type of the format's: a kind for a plain type, a Record for a TypedDict (named by
     its fields), a ListOf for a list; `name` (or an Annotated one) names it in messages. None in a union is left out:
     every value may be null."""
     if get_origin(annotation) is Annotated:
         inner, *extras = get_args(annotation)
+        if isinstance(extras[0], Kind):
+            return extras[0]
         return shape_of(inner, name or extras[0])
     if get_origin(annotation) in (Union, UnionType):
         [inner] = [a for a in get_args(annotation) if a is not type(None)]

@@ -11,6 +11,7 @@ from .inputs import Job
 from .summary import JobSummary
 
 Getter = Callable[[JobSummary], Any]
+MAX_RATIO = 1e6   # a ratio to the first job is shown up to this, then as a bound
 
 
 def _get(*keys: str) -> Getter:
@@ -40,7 +41,8 @@ def _cell(text: str) -> str:
 def _ratio(first: float | None, this: float | None, faster_when_lower: bool) -> str:
     if not first or not this:
         return "-"
-    return f"{(first / this if faster_when_lower else this / first):.2f}x"
+    ratio = first / this if faster_when_lower else this / first
+    return f"{ratio:.2f}x" if ratio <= MAX_RATIO else f">{MAX_RATIO:,.0f}x"   # 1e9 / 1e-300 is no 300-digit figure
 
 
 def _outcome(summary: JobSummary) -> str:

@@ -78,6 +78,9 @@ class CompilerBackend(ABC):
     optional_defaults: ClassVar[Mapping[str, str]] = MappingProxyType({})
     # The variable of debug mode's that logs what a finding of this backend's points to (setting_names), or None.
     debug_log: ClassVar[Setting | None] = None
+    # Variables of launch_environment's that hold a list of --flag[=value] items: a user's own value of one is merged
+    # with this backend's flag by flag (theirs win for a flag both set), not kept whole in place of it.
+    flag_list_variables: ClassVar[frozenset[str]] = frozenset()
 
     def missing(self) -> str | None:
         """What this backend needs that is not installed here, in words (the xla backend in the inductor image), or

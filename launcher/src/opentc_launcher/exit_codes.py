@@ -10,7 +10,7 @@ import signal
 
 OK = 0
 # The training script failed (the code Python gives an uncaught exception; a script's own sys.exit(N) keeps
-# its N), requirements.txt could not be installed, or the toolkit itself failed.
+# its N), requirements.txt could not be installed, the code could not be fetched (an outage), or the toolkit failed.
 FAILED = 1
 # Bad input: the job, a hyperparameter, an environment variable or the launch as configured cannot run.
 # Nothing was started; output/failure names the input and what is accepted.
@@ -24,8 +24,8 @@ SIGNAL_BASE = 128
 
 TABLE = {
     OK: "success",
-    FAILED: "the training script failed (or its own sys.exit code), requirements.txt did not install, or the "
-            "toolkit failed",
+    FAILED: "the training script failed (or its own sys.exit code), requirements.txt did not install, the code "
+            "could not be fetched for a reason that is not the job's (an outage), or the toolkit failed",
     BAD_INPUT: "bad input: nothing was started (a job file, hyperparameter, environment variable, requirement "
                "or launch that cannot run)",
     PEERS_UNREACHABLE: "the hosts of a multi-host job never met (name resolution or rendezvous)",

@@ -79,6 +79,11 @@ def option_problem(args: argparse.Namespace, gpu_count: int) -> str | None:
         if not 0 <= int(args.node_rank) < high:
             return (f"--node-rank (or NODE_RANK) {args.node_rank} is not accepted: use 0 to {high - 1} for "
                     f"--nnodes {args.nnodes}.")
+    work, cache = args.compile_cache_work_dir, args.compile_cache_dir
+    if work and cache and os.path.realpath(work) == os.path.realpath(cache):
+        # The copy would be compiled into the published cache, which is only ever replaced whole.
+        return (f"--compile-cache-work-dir {shown(work)} is not accepted: it is --compile-cache-dir itself; use a "
+                f"folder of its own for the working copy, or leave it out (opentc-run then makes one).")
     return None
 
 

@@ -30,16 +30,18 @@ like a damaged cache.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .files import unwritable, write_json
@@ -61,6 +63,19 @@ LOCK_WAIT = 120.0   # seconds: another job copying or publishing the same cache;
 
 class LockBusy(OSError):
     """Another job kept the publication lock longer than LOCK_WAIT."""
+
+
+class LockUnavailable(OSError):
+    """The publication lock cannot be taken at all: its file cannot be opened or made (another user's, a folder, a
+    link, where it should be). The job runs without publishing (the cache is never a reason for a job to fail)."""
+
+
+class StopRequested(Exception):
+    """The job is stopping: a wait for the lock, or a publication, given up."""
+
+
+def _never() -> bool:
+    return False
 
 
 class DamagedCache(Exception):
@@ -161,6 +176,7 @@ class WorkingCopy:
     published: str
     working: str
     writable: bool = False     # whether publish() can replace the published folder (known after open())
+    why_not_writable: str = ""   # when it cannot, why (for the log)
 
     @property
     def folder(self) -> str:
@@ -177,24 +193,39 @@ class WorkingCopy:
         return os.path.basename(self.folder)
 
     # -- before the workers --------------------------------------------------------------------------------------
-    def open(self) -> str:
+    def open(self, stopped: Callable[[], bool] = _never) -> str:
         """Fill the working folder from the published cache, or start it empty; what was found, for the log. Raises
-        only OSError for the working folder itself (the launcher's own scratch space)."""
+        only OSError for the working folder itself (the launcher's own scratch space). `stopped` says when the job
+        is stopping: a wait for another job's lock then ends at once."""
         started = time.monotonic()
+        if os.path.realpath(self.working) == os.path.realpath(self.folder):
+            raise OSError(f"the working copy {self.working} is the published cache itself")
         os.makedirs(self.working, exist_ok=True)
-        self.writable = unwritable(self.root) is None
+        self._not_writable(None if unwritable(self.root) is None else f"{self.root} is not writable")
         try:
-            with self._lock():
+            with self._lock(stopped):
                 if self.writable:
                     self._recover_interrupted_publication()
                 said = self._fill()
         except LockBusy as e:
-            self.writable = False
+            self._not_writable(str(e))
             return f"not used: {e}; compiling from nothing, and not publishing"
-        if not self.writable:
-            said += (f"; {self.root} is not writable, so the cache is used as it is and this job's new entries are "
-                     f"not kept")
+        except StopRequested:
+            self._not_writable("the job is stopping")
+            return "not used: the job is stopping"
+        except LockUnavailable as e:
+            # As for a folder that cannot be written: read as it is (each file checked against its manifest, so a
+            # publication under way elsewhere at worst makes it unusable), and this job's entries not kept.
+            self._not_writable(str(e))
+            said = f"{self._fill()}; {e}, so the cache is used as it is and this job's new entries are not published"
+        else:
+            if not self.writable:
+                said += (f"; {self.root} is not writable, so the cache is used as it is and this job's new entries "
+                         f"are not kept")
         return f"{said} ({time.monotonic() - started:.2f} s)"
+
+    def _not_writable(self, why: str | None) -> None:
+        self.writable, self.why_not_writable = why is None, why or ""
 
     def _fill(self) -> str:
         folder = self.folder
@@ -260,26 +291,32 @@ class WorkingCopy:
             _remove(leftover)
 
     # -- after a successful job ----------------------------------------------------------------------------------
-    def publish(self) -> str:
+    def publish(self, stopped: Callable[[], bool] = _never) -> str:
         """Make the working folder the published cache; what was done, for the log. Raises OSError (having removed
-        what it wrote) when the published folder cannot be written."""
+        what it wrote) when the published folder cannot be written, and StopRequested (the same) when `stopped`
+        says the job is stopping, while waiting for the lock or between two files."""
         if not self.writable:
-            return f"not published: {self.root} is not writable"
+            return f"not published: {self.why_not_writable or f'{self.root} is not writable'}"
         started = time.monotonic()
-        with self._lock():   # made and claimed together: no other job's open() can see it unclaimed
-            staged = tempfile.mkdtemp(prefix=f"{self.name}.new-", dir=self.root)
-            claim = os.open(os.path.join(staged, PUBLISHING), os.O_CREAT | os.O_RDWR, 0o644)
-            fcntl.flock(claim, fcntl.LOCK_EX)
+        try:
+            with self._lock(stopped):   # made and claimed together: no other job's open() can see it unclaimed
+                staged = tempfile.mkdtemp(prefix=f"{self.name}.new-", dir=self.root)
+                claim = os.open(os.path.join(staged, PUBLISHING), os.O_CREAT | os.O_RDWR, 0o644)
+                fcntl.flock(claim, fcntl.LOCK_EX)
+        except LockUnavailable as e:
+            return f"not published: {e}"
         try:
             os.chmod(staged, 0o755)   # as os.makedirs would have made it (mkdtemp's is private)
             files, total = {}, 0
             for relative in _files(self.working):
+                if stopped():
+                    raise StopRequested(f"the job is stopping: the publication to {self.folder} was given up")
                 size, digest = _copy_hashing(os.path.join(self.working, relative), os.path.join(staged, relative))
                 files[relative] = {"size": size, "sha256": digest}
                 total += size
             # Last: a folder with its manifest is complete.
             write_json(os.path.join(staged, MANIFEST), {"format": MANIFEST_FORMAT, "files": files})
-            with self._lock():
+            with self._lock(stopped):
                 os.unlink(os.path.join(staged, PUBLISHING))   # not part of the cache; the rename follows at once
                 previous = f"{self.folder}.old-{uuid.uuid4().hex}"
                 replaced = os.path.isdir(self.folder)
@@ -308,24 +345,46 @@ class WorkingCopy:
 
 
     @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
+    def _lock(self, stopped: Callable[[], bool]) -> Iterator[None]:
         """The publication lock beside the published folder (no lock where the folder cannot be written); waits at
-        most LOCK_WAIT seconds for another job, then raises LockBusy."""
+        most LOCK_WAIT seconds for another job (then LockBusy), and no longer than `stopped` says (StopRequested).
+        LockUnavailable when its file cannot be opened or made."""
         if not self.writable:
             yield
             return
-        fd = os.open(os.path.join(self.root, LOCK), os.O_CREAT | os.O_RDWR, 0o644)
+        path = os.path.join(self.root, LOCK)
+        fd = _open_lock(path)
         try:
             deadline = time.monotonic() + LOCK_WAIT
+            said = False
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if stopped():
+                        raise StopRequested(f"the job is stopping: no longer waiting for {path}") from None
                     if time.monotonic() >= deadline:
-                        raise LockBusy(f"another job has held {os.path.join(self.root, LOCK)} for over "
-                                       f"{LOCK_WAIT:g} s") from None
+                        raise LockBusy(f"another job has held {path} for over {LOCK_WAIT:g} s") from None
+                    if not said:
+                        log.info("compilation cache: another job holds %s: waiting up to %g s", path, LOCK_WAIT)
+                        said = True
                     time.sleep(0.2)
             yield
         finally:
             os.close(fd)
+
+
+def _open_lock(path: str) -> int:
+    """The lock file, opened (made when missing) for flock, which needs no write access. Never through a link (one
+    planted at its name would make a file wherever it points) and never anything but a regular file (a FIFO would
+    block the open). LockUnavailable, in words, otherwise."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        what = "is a link" if e.errno == errno.ELOOP else f"cannot be opened ({e.strerror})"
+        raise LockUnavailable(f"the lock {path} {what}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LockUnavailable(f"the lock {path} is not a regular file")
+    return fd

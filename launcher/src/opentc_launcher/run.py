@@ -15,6 +15,7 @@ import argparse
 import glob
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -24,7 +25,7 @@ from typing import Any, NoReturn
 
 from . import exit_codes
 from .arguments import add_worker_arguments
-from .commands import DEFAULT_MASTER_PORT, worker_command
+from .commands import CACHE_COPY_OPENED, DEFAULT_MASTER_PORT, worker_command
 from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from .failure_records import LAUNCH, FailureRecord, read_error_file
@@ -39,6 +40,7 @@ from .launch_checks import (
 )
 from .options import WorkerOptions
 from .process import configure_logging
+from .published_cache import WorkingCopy
 from .text import tail
 from .working_cache import own_working_copy, publish_working_copy
 
@@ -74,6 +76,10 @@ def build_parser(env: Mapping[str, str] = os.environ) -> argparse.ArgumentParser
     add_worker_arguments(parser)
     parser.add_argument("--failure-report", default="", metavar="FILE",
                         help="when a worker fails, write the failure (rank, exit code, error) to FILE as JSON")
+    parser.add_argument(CACHE_COPY_OPENED, action="store_true",
+                        help="the program that starts opentc-run opened the working copy of the cache in "
+                             "--compile-cache-work-dir and publishes it (the SageMaker toolkit does); without it, "
+                             "opentc-run opens and publishes the copy itself")
     return parser
 
 
@@ -218,13 +224,22 @@ def _as_workers(args: argparse.Namespace, options: WorkerOptions) -> None:
 def launch(config: RunConfig) -> NoReturn:
     """Run the workers and end with their outcome: 0, the failed worker's exit code (with its failure report), or
     the stop's; the working copy of the cache, when this launcher owns one, is published after a success."""
+    options, cache = own_working_copy(config.options, config.log_dir, os.environ,
+                                      opened_above=config.args.compile_cache_copy_opened)
+    try:
+        _launch(config, options, cache)
+    finally:   # whatever the outcome: a copy that was not published is no one's (publication removes its own)
+        if cache is not None:
+            shutil.rmtree(cache.working, ignore_errors=True)
+
+
+def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None) -> NoReturn:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args
 
     args = config.args
-    options, cache = own_working_copy(config.options, config.log_dir, os.environ)
     _as_workers(args, options)
     launch_config, cmd, cmd_args = config_from_args(args)
 

@@ -146,7 +146,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         exit_code = exit_code_of(exc)
         if exit_code != exit_codes.OK:
             record_failure(exc, exit_code)
-    session.finish(exit_code)
+    try:
+        session.finish(exit_code)
+    except Exception as e:  # noqa: BLE001  (the report and the measurements never change what the script did)
+        log.warning("the compile report and this worker's measurements could not be made: %s: %s",
+                    type(e).__name__, e)
     sys.exit(exit_code)
 
 

@@ -4,7 +4,8 @@
 One set of steps for every launcher: `opentc-run` on its own takes them all (own_working_copy, then
 publish_working_copy); a front end that starts it (the SageMaker toolkit) plans the folder (with_working_copy),
 opens the copy before its workers and publishes it after them, under its own stop handling and time bound, and hands
-the folder down (--compile-cache-work-dir), so that opentc-run leaves the copy to it.
+the folder down (--compile-cache-work-dir) with --compile-cache-copy-opened, so that opentc-run leaves the copy to it.
+opentc-run given --compile-cache-work-dir alone owns the copy there: it opens it, and publishes it after a success.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from .commands import WORKING_CACHE
@@ -31,29 +32,36 @@ def with_working_copy(options: WorkerOptions, scratch: str) -> WorkerOptions:
     return replace(options, compile_cache_work_dir=os.path.join(scratch, WORKING_CACHE))
 
 
-def open_working_copy(options: WorkerOptions, env: Mapping[str, str]) -> WorkingCopy | None:
+def open_working_copy(options: WorkerOptions, env: Mapping[str, str],
+                      stopped: Callable[[], bool] = lambda: False, fresh: bool = False) -> WorkingCopy | None:
     """The backend's working copy, filled from the published cache (and logged), or None where the workers use the
-    cache folder itself (a backend that needs no copy, a cache folder the user chose: `env`, the container's)."""
+    cache folder itself (a backend that needs no copy, a cache folder the user chose: `env`, the container's).
+    `stopped` says when the job is stopping (a wait for another job's lock ends then); `fresh`: the working folder
+    may hold an earlier run's copy (a folder the user gave), emptied first."""
     cache = backend_named(options.backend).cache_copy(options, env)
     if cache is not None:
-        log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(), cache.working)
+        if fresh:
+            shutil.rmtree(cache.working, ignore_errors=True)
+        log.info("compilation cache %s: %s (the workers compile in %s)", cache.published, cache.open(stopped),
+                 cache.working)
     return cache
 
 
-def own_working_copy(options: WorkerOptions, scratch: str,
-                     env: Mapping[str, str]) -> tuple[WorkerOptions, WorkingCopy | None]:
-    """For a launcher that is the outermost: the options with the working folder, and the copy it must publish (None
-    when a launcher above owns the copy, or there is none)."""
-    if options.compile_cache_work_dir:
+def own_working_copy(options: WorkerOptions, scratch: str, env: Mapping[str, str],
+                     opened_above: bool = False) -> tuple[WorkerOptions, WorkingCopy | None]:
+    """For a launcher: the options with the working folder (the one given, or one under `scratch`), and the copy it
+    must publish, opened; None when the launcher that started this one opened it (`opened_above`), or there is
+    none."""
+    if opened_above:
         return options, None
     with_copy = with_working_copy(options, scratch)
-    return with_copy, open_working_copy(with_copy, env)
+    return with_copy, open_working_copy(with_copy, env, fresh=bool(options.compile_cache_work_dir))
 
 
-def publish_working_copy(cache: WorkingCopy) -> str:
+def publish_working_copy(cache: WorkingCopy, stopped: Callable[[], bool] = lambda: False) -> str:
     """After a successful launch: the copy published in place of the cache, and its folder removed. What it did, for
-    the log; raises OSError as publish() does."""
+    the log; raises OSError and StopRequested as publish() does."""
     try:
-        return cache.publish()
+        return cache.publish(stopped)
     finally:
         shutil.rmtree(cache.working, ignore_errors=True)

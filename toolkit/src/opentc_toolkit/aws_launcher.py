@@ -23,6 +23,7 @@ from opentc_launcher.env_values import whole_number
 from .compiler import MULTI_WORKER, JobSettings
 from .distributions import Distribution
 from .job import AdaptedJob, TrainingJob
+from .job_files import MiB, read_regular
 from .not_started import BadInput
 from .quoted import quoted
 
@@ -34,14 +35,16 @@ XRT_SETTINGS = ("resource_config", "mesh_service_port", "worker_port")
 # The options sm_dist parsed itself; they never reached the training script.
 CONSUMED = (TRAINING_SCRIPT, NUM_GPUS, *XRT_SETTINGS)
 MAX_LISTED = 20
+MAX_LAUNCHER_BYTES = MiB   # AWS's launcher scripts are a few lines
 
 
 def calls_sm_dist(path: str) -> bool:
-    """Whether the file's source text mentions torch_xla.distributed.sm_dist (a file that cannot be read: no)."""
+    """Whether the file's source text mentions torch_xla.distributed.sm_dist. A file that is missing, cannot be
+    read, is not a regular file (a FIFO would block for ever) or is larger than any launcher script: no, and the
+    entry point's own check names what is wrong with it."""
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
+        text = read_regular(path, path, MAX_LAUNCHER_BYTES, "a launcher script").decode("utf-8", errors="replace")
+    except (OSError, BadInput):
         return False
     return SM_DIST in text
 

@@ -213,17 +213,36 @@ class EnvironmentChanges:
 
     applied: Mapping[str, str]
     kept: Mapping[str, str]          # name -> the value the user set (which stays)
+    added_flags: Mapping[str, str] = field(default_factory=dict)   # name -> the flags added to the user's own list
 
 
 def compiler_environment(settings: JobSettings, *, gpu_count: int, compiler_output: str,
                          base_env: Mapping[str, str]) -> EnvironmentChanges:
     """The variables the workers need for the backend (opentc_launcher's backend decides which); a variable the
-    user already set is kept, never overridden. Debug mode's artefacts go under `compiler_output`.
+    user already set is kept, never overridden, except a list of flags (the backend's flag_list_variables:
+    XLA_FLAGS), which gets the flags the user's list lacks. Debug mode's artefacts go under `compiler_output`.
 
     The device is not one of them: the launch plan decides it (opentc_launcher.decision).
     """
-    wanted = settings.backend.launch_environment(gpu_count=gpu_count, debug=settings.enabled and settings.debug,
-                                                  debug_dir=compiler_output)
-    kept = {k: base_env[k] for k in wanted if k in base_env and base_env[k] != wanted[k]}
+    backend = settings.backend
+    wanted = backend.launch_environment(gpu_count=gpu_count, debug=settings.enabled and settings.debug,
+                                        debug_dir=compiler_output)
     applied = {k: v for k, v in wanted.items() if k not in base_env}
-    return EnvironmentChanges(applied=MappingProxyType(applied), kept=MappingProxyType(kept))
+    added: dict[str, str] = {}
+    for name in backend.flag_list_variables & set(wanted) & set(base_env):
+        extra = missing_flags(base_env[name], wanted[name])
+        if extra:
+            added[name] = extra
+            applied[name] = f"{base_env[name].strip()} {extra}".strip()
+    kept = {k: base_env[k] for k in wanted if k in base_env and k not in applied and base_env[k] != wanted[k]}
+    return EnvironmentChanges(applied=MappingProxyType(applied), kept=MappingProxyType(kept),
+                              added_flags=MappingProxyType(added))
+
+
+def missing_flags(users: str, ours: str) -> str:
+    """Our --name[=value] items whose name the user's list does not set, space-separated ('' when none)."""
+    def name(item: str) -> str:
+        return item.split("=", 1)[0]
+
+    theirs = {name(item) for item in users.split()}
+    return " ".join(item for item in ours.split() if name(item) not in theirs)

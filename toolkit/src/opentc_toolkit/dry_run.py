@@ -43,7 +43,7 @@ def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple
     settings, and the requirements file that would be installed (None without one; one that would move the stack is
     refused here, as it would be before pip ran). Raises JobNotStarted as a real run would."""
     launch = LaunchSettings.from_env(base_env)
-    job_plan = plan_job(paths, launch, base_env, scratch, code_into_scratch=True)
+    job_plan = plan_job(paths, launch, base_env, scratch, dry_run=True)
     requirements = requirements_path(job_plan.code, job_plan.job.requirements_file)
     if requirements is not None:
         check_requirements(requirements, job_plan.job.requirements_file, stack_pins())

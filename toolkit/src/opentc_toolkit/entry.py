@@ -23,10 +23,10 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import NoReturn
 
 from opentc_launcher import exit_codes
-from opentc_launcher.files import unwritable
 from opentc_launcher.working_cache import open_working_copy
 
 from .compiler import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
@@ -36,7 +36,7 @@ from .hosts_end import end_port, wait_for_every_host
 from .job import JobPaths, TrainingJob
 from .job_plan import plan_job
 from .job_summary import JobRecorder, write_summary
-from .not_started import BadInput, JobNotStarted
+from .not_started import JobNotStarted, PeersUnreachable
 from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stop_outcome
 from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, with_setting_names
@@ -72,6 +72,8 @@ def announce(job: TrainingJob, settings: JobSettings, plan: LaunchPlan, base_env
         log.info("%s=%s leaves nothing off here: %s", DEFAULTS_OFF, defaults_off, why)
     for name, value in plan.kept_variables.items():
         log.info("Found pre-existing configuration %s=%s: keeping it", name, value)
+    for name, flags in plan.added_flags.items():
+        log.info("Found pre-existing configuration %s=%s: keeping it, with %s added", name, base_env.get(name), flags)
     for name, value in sorted(plan.replaced_variables.items()):
         new = plan.command.env.get(name)
         log.warning("Found pre-existing %s=%s: %s, because it describes this job, which the toolkit decides from "
@@ -105,29 +107,17 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         planned = plan_job(paths, launch, base_env, scratch, noted)
         job, settings, code, plan = planned.job, planned.settings, planned.code, planned.plan
         recorder.plan = plan
-        # SageMaker creates these; a job folder run by hand may lack them, and SM_MODEL_DIR and
-        # SM_OUTPUT_DATA_DIR point the script at them.
-        for folder in (paths.output_data, paths.model):
-            try:
-                os.makedirs(folder, exist_ok=True)
-            except OSError as e:
-                raise BadInput(f"the job folder cannot hold its output: {folder} cannot be created "
-                               f"({e}); model/ and output/ must be writable folders.") from None
-        # The job summary goes there, and with the compiler on its report and debug artefacts (output/data/compiler).
-        for folder in (paths.output_data, *((job.paths.compiler_output,) if settings.enabled else ())):
-            problem = unwritable(folder)
-            if problem:
-                raise BadInput(f"the job folder cannot hold its output: nothing can be written in {folder} "
-                               f"({problem}); output/data must be a writable folder (SageMaker's always is; a "
-                               f"job folder mounted by hand must be mounted read-write).")
         announce(job, settings, plan, base_env)
         install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
-        recorder.cache = open_working_copy(plan.options, base_env)
-        wait_for_hosts(plan.peers, launch.peer_timeout, stopped=lambda: supervisor.stop_requested is not None)
+        def stopping() -> bool:
+            return supervisor.stop_requested is not None
+
+        recorder.cache = open_working_copy(plan.options, base_env, stopped=stopping)
+        wait_for_hosts(plan.peers, launch.peer_timeout, stopped=stopping)
         result = supervisor.run(plan.command, on_line=recorder.lines.feed)
         return judge(result, plan.failure_source, job.current_host, plan.world.size)
     except JobNotStarted as e:   # bad input, requirements that did not install, peers that never met
-        return not_started(str(e), e.exit_code)
+        return replace(not_started(str(e), e.exit_code), hosts_never_met=isinstance(e, PeersUnreachable))
     except JobStopped as e:
         return stop_outcome(e.result, e.processes, e.during)
     except Exception as e:  # noqa: BLE001  (the toolkit's own fault: say so, with its traceback after the reason)
@@ -165,8 +155,10 @@ def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:
     report(paths, outcome)
     shutil.rmtree(scratch, ignore_errors=True)
     job = recorder.job
-    if job is not None and supervisor is not None and supervisor.stop_requested is None:
+    if job is not None and supervisor is not None and supervisor.stop_requested is None \
+            and not outcome.hosts_never_met:
         # Nothing of this host's is left to do: the hosts end together (SageMaker's local mode stops all at the first).
+        # A host that never met the others has no verdict of theirs to wait for.
         wait_for_every_host(job.hosts, job.current_host, end_port(launch.master_port), launch.hosts_end_timeout,
                             stopped=lambda: supervisor.stop_requested is not None)
     return outcome.exit_code

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import selectors
 import socket
 import time
 from collections.abc import Callable, Sequence
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +51,14 @@ def wait_for_every_host(hosts: Sequence[str], current: str, port: int, timeout: 
 
 
 def _first_host(hosts: Sequence[str], port: int, deadline: float, stopped: Callable[[], bool]) -> list[str]:
+    """Listen until every other host has said its name (or the bound passed, or a stop came), then answer each.
+    Connections are read side by side, never one to the end before the next: a silent one (a port scanner, a
+    host that connected and hung) holds up no other."""
     expected = set(hosts[1:])
     heard: dict[str, socket.socket] = {}
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+    pending: dict[socket.socket, bytes] = {}   # connected, its line not complete yet
+    most_pending = 4 * len(hosts) + 16         # past this, the oldest silent connection is dropped
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server, selectors.DefaultSelector() as selector:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             server.bind(("", port))
@@ -59,25 +66,63 @@ def _first_host(hosts: Sequence[str], port: int, deadline: float, stopped: Calla
             log.warning("cannot listen on port %d for the other hosts' word (%s): ending now", port, e)
             return sorted(expected, key=list(hosts).index)
         server.listen(len(hosts))
-        server.settimeout(POLL)
+        server.setblocking(False)
+        selector.register(server, selectors.EVENT_READ)
+
+        def drop(conn: socket.socket) -> None:
+            selector.unregister(conn)
+            del pending[conn]
+
         try:
             while set(heard) < expected and time.monotonic() < deadline and not stopped():
-                try:
-                    conn, _ = server.accept()
-                except TimeoutError:
-                    continue
-                name = _read_line(conn, deadline)
-                if name in expected:
-                    heard[name] = conn
-                else:
-                    conn.close()
+                for key, _ in selector.select(timeout=max(0.0, min(POLL, deadline - time.monotonic()))):
+                    if key.fileobj is server:
+                        with contextlib.suppress(OSError):
+                            conn, _ = server.accept()
+                            conn.setblocking(False)
+                            if len(pending) >= most_pending:
+                                oldest = next(iter(pending))
+                                drop(oldest)
+                                oldest.close()
+                            pending[conn] = b""
+                            selector.register(conn, selectors.EVENT_READ)
+                        continue
+                    conn = cast(socket.socket, key.fileobj)
+                    line = _more(conn, pending)
+                    if line is None:
+                        continue
+                    drop(conn)
+                    if line in expected:
+                        earlier = heard.pop(line, None)
+                        if earlier is not None:   # the host connected again: its earlier connection is gone
+                            earlier.close()
+                        heard[line] = conn
+                    else:
+                        conn.close()
             for conn in heard.values():
                 with contextlib.suppress(OSError):
+                    conn.settimeout(POLL)
                     conn.sendall(END)
         finally:
-            for conn in heard.values():
+            for conn in [*heard.values(), *pending]:
                 conn.close()
     return [h for h in hosts[1:] if h not in heard]
+
+
+def _more(conn: socket.socket, pending: dict[socket.socket, bytes]) -> str | None:
+    """Read what `conn` has now; its first line once it is complete (or the connection ended, or sent 1 KB without
+    one: then what it sent), else None."""
+    try:
+        chunk = conn.recv(1024)
+    except BlockingIOError:
+        return None
+    except OSError:
+        chunk = b""
+    data = pending[conn] + chunk
+    pending[conn] = data
+    if chunk and b"\n" not in data and len(data) < 1024:
+        return None
+    return data.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
 
 
 def _other_host(first: str, current: str, port: int, deadline: float, stopped: Callable[[], bool]) -> bool:

@@ -19,11 +19,14 @@ from opentc_launcher.gpus import visible_gpu_count
 from opentc_launcher.text import printable
 
 from .compiler import JobSettings
+from .job_files import MiB, read_regular
 from .not_started import BadInput
 
 HYPERPARAMETERS = "hyperparameters.json"
 RESOURCE_CONFIG = "resourceconfig.json"
 INPUT_DATA_CONFIG = "inputdataconfig.json"
+# SageMaker's own are a few KB (at most 100 hyperparameters of 2,500 characters each); past this, none is a job file.
+MAX_JOB_FILE_BYTES = 4 * MiB
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,7 @@ def _read_object(paths: JobPaths, name: str, expected: str) -> dict:
     path = os.path.join(paths.input_config, name)
     where = f"input/config/{name}"
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
+        data = json.loads(read_regular(path, f"job file {where}", MAX_JOB_FILE_BYTES, expected).decode("utf-8"))
     except FileNotFoundError:
         raise BadInput(
             f"job file missing: {where} (looked for {path}); it must hold {expected}. SageMaker writes it; a "

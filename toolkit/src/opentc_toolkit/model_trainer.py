@@ -21,7 +21,8 @@ from opentc_launcher.env_values import whole_number
 
 from .compiler import JobSettings
 from .distributions import Distribution
-from .job import AdaptedJob, TrainingJob
+from .job import MAX_JOB_FILE_BYTES, AdaptedJob, TrainingJob
+from .job_files import read_regular
 from .not_started import BadInput
 
 TORCHRUN = "ModelTrainer(distributed=Torchrun())"
@@ -52,11 +53,11 @@ def drivers_dir(base: str) -> str:
 
 def _read(path: str) -> dict:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(read_regular(path, f"the SageMaker SDK's {path}", MAX_JOB_FILE_BYTES,
+                                       "a JSON object, as the SDK writes it").decode("utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError) as e:
         raise BadInput(f"the SageMaker SDK's {path} cannot be read ({type(e).__name__}: {e})") from None
     if not isinstance(data, dict):
         raise BadInput(f"the SageMaker SDK's {path} holds a JSON {type(data).__name__}, not an object")
@@ -91,7 +92,9 @@ def read_model_trainer_source(base: str) -> ModelTrainerSource | None:
         entry_script=entry_script,
         command=source.get("command") or None,
         requirements=source.get("requirements") or "requirements.txt",
-        torchrun="smp" in distributed,
+        # The SDK writes Torchrun's every field (smp among them); a hand-written one may leave smp out, and a worker
+        # count still asks for Torchrun's workers (MPI, which also has one, is refused above).
+        torchrun="smp" in distributed or "process_count_per_node" in distributed,
         workers_per_host=count,
     )
 

@@ -20,6 +20,12 @@ class BadInput(JobNotStarted):
     exit_code = exit_codes.BAD_INPUT
 
 
+class CodeNotFetched(JobNotStarted):
+    """The job's code could not be fetched for a reason that is not the job's (an outage, a full disk)."""
+
+    exit_code = exit_codes.FAILED
+
+
 class RequirementsFailed(JobNotStarted):
     """requirements.txt did not install (pip's own words in the message)."""
 

@@ -28,6 +28,7 @@ class Outcome:
     exit_code: int
     message: str = ""   # empty on success
     stopped: bool = False   # a stop ended it (stop_outcome), not a failure of its own
+    hosts_never_met: bool = False   # a multi-host job whose hosts never met: no other host has a verdict to wait for
 
     @property
     def succeeded(self) -> bool:
@@ -151,7 +152,8 @@ def judge(result: ProcessResult, source: FailureSource, host: str, world_size: i
             return not_started(record.summary, code)
         return Outcome(code, failure_message(
             f"Training failed before any training script ran: the launcher ended with {describe_exit(code)} on "
-            f"host {host}.", record.summary, record.stderr_tail))
+            f"host {host}.", record.summary, record.stderr_tail),
+            hosts_never_met=code == exit_codes.PEERS_UNREACHABLE)   # the rendezvous never completed
     where = f"on host {host}"
     if record is not None and record.rank is not None and world_size > 1:
         where = f"on rank {record.rank} of {world_size}, host {host}"

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from opentc_launcher.commands import DEFAULT_MASTER_PORT, Rendezvous, run_argv, worker_command
@@ -99,6 +99,7 @@ class LaunchPlan:
     failure_source: FailureSource     # where the failed worker's own account of it will be
     kept_variables: Mapping[str, str]  # variables the compiler would set that the user had set: kept
     replaced_variables: Mapping[str, str]  # facts of the job the container's environment had otherwise: replaced
+    added_flags: Mapping[str, str] = field(default_factory=dict)  # a user's list of flags (XLA_FLAGS) -> flags added
 
 
 # Variables that describe the distributed world, torchrun's and torch-xla's. The toolkit decides the world: a value
@@ -208,7 +209,8 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
             nodes=world.nodes, node_rank=world.node_rank, master_addr=world.master_addr,
             master_port=launch.master_port, timeout=launch.peer_timeout)
         argv = [*run_argv(python, world.workers_per_host, failure_report=failure_source.path,
-                          log_dir=os.path.join(scratch, "torchrun"), rendezvous=rendezvous), *script_part]
+                          log_dir=os.path.join(scratch, "torchrun"), rendezvous=rendezvous,
+                          cache_copy_opened=bool(options.compile_cache_work_dir)), *script_part]
     else:
         failure_source = WorkerErrorFile(os.path.join(scratch, "worker-error.json"))
         argv = [*worker_command(python), *script_part]
@@ -224,4 +226,5 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
         failure_source=failure_source,
         kept_variables=changes.kept,
         replaced_variables=MappingProxyType(replaced),
+        added_flags=changes.added_flags,
     )

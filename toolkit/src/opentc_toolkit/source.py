@@ -17,7 +17,8 @@ from opentc_launcher.text import printable
 
 from . import hf_stack
 from .job import TrainingJob
-from .not_started import BadInput, RequirementsFailed
+from .job_files import MiB, read_regular
+from .not_started import BadInput, CodeNotFetched, JobNotStarted, RequirementsFailed
 from .outcome import last_lines
 from .stack import conflicts, constraints_text, stack_pins
 from .supervisor import Command, JobStopped, ProcessResult, Supervisor
@@ -47,9 +48,24 @@ def _is_tarball(path: str) -> bool:
         return False
 
 
+def _runs_as_it_is(job: TrainingJob) -> bool:
+    """Whether the code folder runs as it is (sagemaker_submit_directory names it), nothing fetched."""
+    uri = job.submit_directory
+    return not uri.startswith("s3://") and os.path.abspath(_local_path(uri)) == os.path.abspath(job.paths.code)
+
+
+def code_folder(job: TrainingJob, scratch: str) -> str:
+    """The folder the job's code runs from, as fetch_code decides it (reading, never writing): the code folder, or a
+    folder under `scratch` when the code folder already holds files and other code was submitted."""
+    code = job.paths.code
+    if _runs_as_it_is(job) or not (os.path.isdir(code) and os.listdir(code)):
+        return code
+    return os.path.join(scratch, "code")
+
+
 def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> str:
-    """The folder the job's code runs from (`into_scratch`: fetched under `scratch` even into an empty code folder,
-    for a dry run, which writes nothing of the job's).
+    """The folder the job's code was put in: the one it runs from (code_folder), or with `into_scratch` a folder of
+    its own under `scratch`, for a dry run, which writes nothing of the job's.
 
     sagemaker_submit_directory (a folder, or a file:// or s3:// tarball) is put into the code folder. When the
     code folder already holds files (code baked into a derived image, an earlier run's extraction), the code this
@@ -62,10 +78,10 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
     uri = job.submit_directory
     code = job.paths.code
     source = uri
+    if _runs_as_it_is(job):
+        return code
     if not uri.startswith("s3://"):
         source = _local_path(uri)
-        if os.path.abspath(source) == os.path.abspath(code):
-            return code
         if not os.path.exists(source):
             raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} does not exist: use an "
                                  f"s3:// or file:// URI of a .tar.gz, or a folder inside the container.")
@@ -73,11 +89,10 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
             raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} is not a tar archive "
                                  f"(corrupt, or another format): it must be a .tar.gz of the source folder, "
                                  f"as the SageMaker SDK uploads it, or a folder.")
-    target = code
+    target = code_folder(job, scratch)
     if into_scratch:
-        target = os.path.join(scratch, "code")
-    elif os.path.isdir(code) and os.listdir(code):
-        target = os.path.join(scratch, "code")
+        target = os.path.join(scratch, "dry-run-code")
+    elif target != code:
         log.warning("the code folder %s already holds files (%s), and sagemaker_submit_directory names other code "
                     "(%s): the submitted code runs, from %s, and %s is left as it is. To run the code folder's "
                     "own code instead, leave sagemaker_submit_directory out.", code, _listing(code), uri, target,
@@ -87,12 +102,37 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} is a corrupt tarball: "
                              f"{type(e).__name__}: {e}. Upload the source folder again as a .tar.gz.") from None
-    except Exception as e:  # noqa: BLE001  (boto3's errors: the user's input was wrong, or S3 unreachable)
-        raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched "
-                             f"into {target}: {type(e).__name__}: {e}") from None
+    except Exception as e:  # noqa: BLE001  (boto3's errors, the disk's: the job's fault or not, as fetch_failure says)
+        raise fetch_failure(e, f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched into "
+                               f"{target}: {type(e).__name__}: {e}") from None
     log.info("the job's code: sagemaker_submit_directory %s, in %s", uri, target)
     return target
 
+
+# What S3 answers when the job names an object that is not there, or one its role may not read: the job is wrong.
+_NAMED_WRONG_CODES = {"NoSuchKey", "NoSuchBucket", "AccessDenied", "InvalidBucketName", "InvalidObjectState", "404",
+                      "403", "400"}
+
+
+def fetch_failure(error: Exception, said: str) -> JobNotStarted:
+    """Why the code could not be fetched, as the refusal the job ends with: bad input (exit 2: change the job) only
+    when the job named something that cannot be fetched (no such object or bucket, no access to it, a malformed
+    URI); an outage (no connection, a timeout, S3's own 5xx or throttling, no credentials in the container) or a
+    disk that is full is no fault of the job's (exit 1: run it again)."""
+    from botocore.exceptions import ClientError, ParamValidationError  # sagemaker-training's, through boto3
+
+    if isinstance(error, ClientError):
+        answer = error.response.get("Error", {}).get("Code", "")
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if answer in _NAMED_WRONG_CODES or status in (400, 403, 404):
+            return BadInput(f"{said}. Check the URI, and that the job's role may read it.")
+    elif isinstance(error, (ParamValidationError, ValueError)):
+        return BadInput(f"{said}. Use an s3:// or file:// URI of a .tar.gz, or a folder inside the container.")
+    return CodeNotFetched(f"{said}. This is not the job's fault (S3 or the network did not answer, or the "
+                          f"container could not store the code): run the job again.")
+
+
+MAX_REQUIREMENTS_BYTES = MiB   # a requirements file is a few hundred bytes; past this, not one
 
 # pip's WARNING when it cannot reach an index: "Retrying (Retry(...)) after connection broken by '<the cause>': <url>".
 # Its ERROR lines then only say "No matching distribution found", which reads like a typo in a package name.
@@ -134,26 +174,29 @@ def _pip_reason(stderr: str) -> str:
 
 
 def requirements_path(code: str, name: str = "requirements.txt") -> str | None:
-    """requirements.txt in the code folder, or None where there is none."""
+    """requirements.txt in the code folder (whatever is there under that name: check_requirements says what is
+    wrong with anything but a readable file), or None where there is nothing."""
     path = os.path.join(code, name)
-    return path if os.path.isfile(path) else None
+    return path if os.path.lexists(path) else None
 
 
-def check_requirements(path: str, name: str, pins: Mapping[str, str]) -> None:
-    """Refuse a requirements file that would move a package of the tested stack (`pins`)."""
-    with open(path, "rb") as f:
-        lines = f.read().decode("utf-8", errors="replace").splitlines()
+def check_requirements(path: str, name: str, pins: Mapping[str, str]) -> list[str]:
+    """The requirements file's lines; BadInput for one that is not a readable regular file of at most
+    MAX_REQUIREMENTS_BYTES, or that would move a package of the tested stack (`pins`)."""
+    what = "pip requirements, one per line"
+    try:
+        raw = read_regular(path, f"{name} in the code folder", MAX_REQUIREMENTS_BYTES, what)
+    except FileNotFoundError:
+        raise BadInput(f"{name} in the code folder is a symbolic link to {printable(os.readlink(path))!r}, which "
+                       f"does not exist: it must be a regular file holding {what}.") from None
+    lines = raw.decode("utf-8", errors="replace").splitlines()
     clashes = conflicts(lines, pins)
     if clashes:
         raise BadInput(
             f"{name} asks for {', '.join(clashes)}. torch, torch-xla, the XLA:CUDA plugin and the "
             f"CUDA libraries are installed as one tested set and cannot be changed by {name}: remove "
             f"the requirement or pin the pinned version (the set is in /opt/opentc/constraints.txt).")
-
-
-def _read_lines(path: str) -> list[str]:
-    with open(path, "rb") as f:
-        return f.read().decode("utf-8", errors="replace").splitlines()
+    return lines
 
 
 def _pip(supervisor: Supervisor, argv: tuple[str, ...], env: Mapping[str, str], code: str, name: str,
@@ -178,8 +221,7 @@ def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, st
     if requirements is None:
         return
     pins = stack_pins()
-    check_requirements(requirements, name, pins)
-    lines = _read_lines(requirements)
+    lines = check_requirements(requirements, name, pins)
     constraints = os.path.join(scratch, "stack-constraints.txt")
     with open(constraints, "w", encoding="utf-8") as f:
         f.write(constraints_text(pins))

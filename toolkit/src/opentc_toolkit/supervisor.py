@@ -35,9 +35,11 @@ log = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 8192
 LEFTOVER_GRACE = 3.0
-# Python's own helpers (multiprocessing's resource tracker and forkserver) outlive their parent by a moment
-# and then end by themselves: they are given this long before anything counts as left behind.
-HELPER_EXIT_WAIT = 2.0
+# A process the script started may outlive it by a moment and then end by itself: Python's own helpers
+# (multiprocessing's resource tracker and forkserver), a child still tearing down its memory after the script's
+# end (slow under load), a DataLoader worker that checks for its parent every 5 s. Every one is given this long
+# before it counts as left behind; the helpers are never reported.
+EXIT_WAIT = 6.0
 PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -249,14 +251,15 @@ class Supervisor:
         _signal_all(self._descendants(exclude), signum)
 
     def _stop_leftovers(self, exclude: set) -> None:
-        """Processes the job left behind (re-parented here): SIGTERM, a short wait, then SIGKILL. Python's
-        own helpers get a moment to end by themselves first, and are not reported when they do not."""
+        """Processes the job left behind (re-parented here): SIGTERM, a short wait, then SIGKILL. Each gets a
+        moment (EXIT_WAIT) to end by itself first: one that is ending as the check runs is not left behind. Python's
+        own helpers are not reported when they do not end."""
         leftovers = self._descendants(exclude)
         if not leftovers:
             return
-        helpers = [p for p in leftovers if _is_python_helper(p)]
-        _, helpers = psutil.wait_procs(helpers, timeout=HELPER_EXIT_WAIT)
-        orphans = [p for p in leftovers if _alive(p) and not _is_python_helper(p)]
+        _, running = psutil.wait_procs(leftovers, timeout=EXIT_WAIT)
+        helpers = [p for p in running if _is_python_helper(p)]
+        orphans = [p for p in running if _alive(p) and not _is_python_helper(p)]
         if orphans:
             log.warning("stopping %d process(es) the training left behind: %s", len(orphans),
                         ", ".join(f"{p.pid} ({_name(p)})" for p in orphans))

@@ -94,7 +94,8 @@ def wrap_up(outcome: Outcome, recorder: JobRecorder, supervisor: Supervisor, bas
         if cache is not None:
             if outcome.succeeded and supervisor.stop_requested is None:
                 during = f"while the compilation cache was being published to {cache.published}"
-                ended = _within(max(0.0, deadline - time.monotonic()), partial(publish_working_copy, cache),
+                ended = _within(max(0.0, deadline - time.monotonic()),
+                                partial(publish_working_copy, cache, lambda: supervisor.stop_requested is not None),
                                 "compilation cache")
                 if ended and supervisor.stop_requested is None:   # a stop from now on came after the publication
                     during = PUBLISHED

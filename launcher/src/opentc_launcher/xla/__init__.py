@@ -47,6 +47,7 @@ class XlaBackend(CompilerBackend):
     name = "xla"
     debug_log = DEBUG_LOG
     title = "PyTorch/XLA"
+    flag_list_variables = frozenset({"XLA_FLAGS"})   # XLA reads each whitespace-separated --name=value
 
     def missing(self) -> str | None:
         if has_module("torch_xla"):

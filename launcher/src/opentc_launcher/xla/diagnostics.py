@@ -153,19 +153,22 @@ def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations:
     recompiling = timeline.recompilation_finding()
     if recompiling:
         found.append(recompiling)
+    # Loss scaling that reads the overflow check is the cause whichever way the reads are counted: by optimizer
+    # step, or by sync when the scaler skipped (nearly) every step (each overflowed).
+    cause = loss_scaling.cause(steps.steps if steps is not None else 0) if loss_scaling is not None else None
+    because = f" {cause}" if cause else ""
+    fix = LOSS_SCALING_FIX if cause else EVALUATION_FIX
     if steps is not None and activity is not None and steps.steps > 1:
         # Between optimizer steps: a read at every logging step is fine, one at (nearly) every step is not.
         measured = steps.steps - 1
         if activity.steps_with_host_reads >= max(2, EVALUATIONS_PER_STEP * measured):
-            cause = loss_scaling.cause() if loss_scaling is not None else None
             found.append(Finding(
                 f"a tensor was read back to the host (explicit evaluation) in {activity.steps_with_host_reads} "
-                f"of {measured} optimizer steps ({evaluations} in all)." + (f" {cause}" if cause else ""),
-                LOSS_SCALING_FIX if cause else EVALUATION_FIX, HOST_READS))
+                f"of {measured} optimizer steps ({evaluations} in all).{because}", fix, HOST_READS))
     elif syncs and evaluations >= max(2, EVALUATIONS_PER_STEP * syncs):
         found.append(Finding(
-            f"{evaluations} explicit evaluation(s) (a tensor read back to the host) in {syncs} sync(s).",
-            EVALUATION_FIX, HOST_READS))
+            f"{evaluations} explicit evaluation(s) (a tensor read back to the host) in {syncs} sync(s).{because}",
+            fix, HOST_READS))
     if fallbacks:
         ops = ", ".join(f"{op} x{count}" for op, count in sorted(fallbacks.items(), key=lambda kv: -kv[1]))
         found.append(Finding(f"CPU fallback ops: {ops}.", FALLBACK_FIX, CPU_FALLBACK))

@@ -54,10 +54,19 @@ class LossScalingWatch:
 
         replace_once(scaler_class, "step", step)
 
-    def cause(self) -> str | None:
-        """The words for a host-read finding when loss scaling made the reads, else None."""
+    def cause(self, optimizer_steps: int) -> str | None:
+        """The words for a host-read finding when loss scaling made the reads, else None. `optimizer_steps`: the
+        optimizer steps taken (StepCounter's); a scaler skips the step of an overflow, so fewer than it checked means
+        that many overflowed, which is said (every one of them: nothing trained)."""
         if not self.host_checks:
             return None
         stepped = ", ".join(f"{name} ({count} steps)" for name, count in self.host_checks.most_common())
-        return (f"fp16 loss scaling reads them: GradScaler.step checked for overflow on the host before stepping "
+        said = (f"fp16 loss scaling reads them: GradScaler.step checked for overflow on the host before stepping "
                 f"{stepped}, an optimizer that cannot take that check as a tensor.")
+        checked = sum(self.host_checks.values())
+        if optimizer_steps < checked:
+            skipped = checked - optimizer_steps
+            said += (f" It found inf or nan gradients in {'every one' if optimizer_steps == 0 else skipped} of the "
+                     f"{checked} and skipped {'them' if skipped > 1 else 'it'}: the optimizer stepped "
+                     f"{optimizer_steps} time(s).")
+        return said
