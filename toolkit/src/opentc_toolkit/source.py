@@ -200,10 +200,9 @@ def check_requirements(path: str, name: str, pins: Mapping[str, str]) -> list[st
 
 
 def _pip(supervisor: Supervisor, argv: tuple[str, ...], env: Mapping[str, str], code: str, name: str,
-         doing: str, lines: list[str] | None = None) -> ProcessResult:
+         doing: str) -> ProcessResult:
     """pip under the supervisor (a stop reaches it); a stop or a failure ends the job before the script."""
-    result = supervisor.run(Command(argv=argv, env=env, cwd=code),
-                            on_line=None if lines is None else lines.append)
+    result = supervisor.run(Command(argv=argv, env=env, cwd=code))
     if result.stopped_by is not None:
         raise JobStopped(result, "pip", f"while {name} was being installed")
     if result.exit_code != exit_codes.OK:
