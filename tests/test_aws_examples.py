@@ -263,3 +263,47 @@ def test_the_smdistributed_baseline_is_refused_naming_what_to_use_instead(gpt2, 
     reason = job.failure.split("\n")[1]
     assert reason.startswith("the script imports smdistributed, SageMaker's distributed training libraries"), reason
     assert 'Use torch.distributed with backend="nccl"' in reason, reason
+
+
+# -- the vision transformer notebook (vision-transformer-p4-fp32.ipynb, 4d08453): run_mim.py ---------------------------
+# Its requirements.txt names accelerate only, for the transformers of AWS's image (4.21); run_mim.py imports
+# send_example_telemetry (gone in 4.57), the notebook passes evaluation_strategy (gone in 4.46) and the script
+# passes load_dataset use_auth_token (gone in datasets 3): the migration page's change is two pins,
+# `transformers==4.45.*` and `datasets<3`. The notebook's hyperparameters as it wrote them (its compiled
+# job's), its MNIST a channel of PNG files here (datasets' imagefolder), the ViT tiny, one batch of 4.
+VISION = AWS / "pytorch_multiple_gpu_single_node" / "vision_transformer" / "scripts"
+
+
+def test_the_vision_transformer_folder_trains_compiled_with_the_pages_two_pins(tmp_path):
+    import random
+
+    from PIL import Image
+
+    scripts = tmp_path / "scripts"
+    shutil.copytree(VISION, scripts)
+    with open(scripts / "requirements.txt", "a") as f:
+        f.write("\ntransformers==4.45.*\ndatasets<3\n")   # the page's change; the folder's own line stays as it was
+    rng = random.Random(0)
+    for digit in ("0", "1"):
+        (tmp_path / "mnist" / "train" / digit).mkdir(parents=True)
+        for i in range(8):
+            image = Image.new("L", (32, 32))
+            image.putdata([rng.randrange(256) for _ in range(32 * 32)])
+            image.save(tmp_path / "mnist" / "train" / digit / f"{i}.png")
+    train = overlay_python(tmp_path / "python")
+    job = folder_job(tmp_path / "vit", scripts, "run_mim.py", {
+        "model_type": "vit", "dataset_name": "imagefolder", "train_dir": "/opt/ml/input/data/train/**",
+        "output_dir": "/opt/ml/model", "overwrite_output_dir": True, "remove_unused_columns": "False",
+        "label_names": "bool_masked_pos", "do_train": True, "do_eval": False, "learning_rate": 2e-5 / 8 * 4,
+        "weight_decay": 0.05, "num_train_epochs": 1, "per_device_train_batch_size": 4,
+        "per_device_eval_batch_size": 4, "logging_strategy": "epoch", "evaluation_strategy": "no",
+        "save_strategy": "no", "save_total_limit": 3, "mask_patch_size": 8, "seed": 0, "report_to": "none",
+        "config_overrides": "image_size=32,patch_size=4,encoder_stride=4,hidden_size=32,num_hidden_layers=2,"
+                            "num_attention_heads=2,intermediate_size=64",
+        "sagemaker_pytorch_xla_multi_worker_enabled": True, **COMPILED},
+        {"train": tmp_path / "mnist" / "train"})
+    result = run_in(train, job)
+    assert result.returncode == 0, result.output[-5000:]
+    summary = job.read_json("output/data/job-summary.json")
+    assert summary["backend"] == "xla" and summary["versions"]["transformers"].startswith("4.45.")
+    assert summary["optimizer_steps"] > 0
