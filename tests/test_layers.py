@@ -56,6 +56,20 @@ def test_the_launcher_and_compare_stand_alone():
             assert not {t for t in targets if not t.startswith("opentc_compare")}, (name, targets)
 
 
+def test_the_toolkit_uses_the_launcher_only_through_its_public_face():
+    """Issue 41: opentc_launcher.api names what a front end may use; the rest of the launcher can change under it."""
+    reaching_in = {name: sorted(t for t in targets if t.startswith("opentc_launcher") and t != "opentc_launcher.api")
+                   for name, targets in graph().items() if name.startswith("opentc_toolkit")}
+    assert not {name: targets for name, targets in reaching_in.items() if targets}, reaching_in
+
+
+def test_the_public_face_names_only_what_it_imports():
+    import opentc_launcher.api as api
+
+    assert sorted(api.__all__) == sorted(name for name in vars(api) if not name.startswith("_")
+                                         and name not in {"annotations"})
+
+
 def test_no_module_imports_one_that_imports_it_back():
     """Not even a package's __init__ and its own submodules: a submodule that needs a name of its package's __init__
     takes it from a module both import."""

@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from opentc_launcher.env_values import whole_number
+from opentc_launcher.api import whole_number
 
 from .compiler import MULTI_WORKER, JobSettings
 from .distributions import Distribution

@@ -9,22 +9,29 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from opentc_launcher.backend import CompilerBackend
-from opentc_launcher.cuda_driver import XLA_IMAGE_VARIABLE
-from opentc_launcher.env_values import MAX_DIGITS, whole_number
-from opentc_launcher.installed import default_compiler, why_default
-from opentc_launcher.options import (
+from opentc_launcher.api import (
     CHOICE,
+    COMPILER_NAMES,
+    COMPILER_OFF,
     FLAG,
+    MAX_DIGITS,
     NAMES,
+    ONE_WORKER_PER_HOST,
     WHOLE,
+    XLA_IMAGE_VARIABLE,
+    CompilerBackend,
     Declared,
     WorkerOptions,
+    backend_named,
+    debug_logs,
+    default_compiler,
+    defaults_off_problem,
     off_names,
+    option_setting,
     settable_options,
+    whole_number,
+    why_default,
 )
-from opentc_launcher.registry import COMPILER_NAMES, backend_named, debug_logs, defaults_off_problem
-from opentc_launcher.setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, option_setting
 
 from .distributions import XLA_MULTI_WORKER, Distribution, read_distribution
 from .flags import boolean as _boolean

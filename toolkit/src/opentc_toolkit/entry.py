@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import NoReturn
 
-from opentc_launcher import exit_codes
-from opentc_launcher.working_cache import open_working_copy
+from opentc_launcher.api import exit_codes, open_working_copy
 
 from .compiler import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
 from .distributions import TORCH_DISTRIBUTED

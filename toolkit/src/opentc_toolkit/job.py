@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from opentc_launcher.gpus import visible_gpu_count
-from opentc_launcher.text import printable
+from opentc_launcher.api import printable, visible_gpu_count
 
 from .compiler import JobSettings
 from .job_files import MiB, read_regular

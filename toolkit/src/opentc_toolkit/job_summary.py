@@ -29,12 +29,15 @@ from opentc_compare.summary import (
     headline,
 )
 from opentc_compare.summary import Outcome as JobOutcome
-from opentc_launcher.files import write_json
-from opentc_launcher.gpus import gpu_name
-from opentc_launcher.installed import version
-from opentc_launcher.mfu import job_utilisation
-from opentc_launcher.published_cache import WorkingCopy
-from opentc_launcher.worker_record import WorkerRecord, read_records
+from opentc_launcher.api import (
+    WorkerRecord,
+    WorkingCopy,
+    gpu_name,
+    installed_version,
+    job_utilisation,
+    read_records,
+    write_json,
+)
 
 from .compiler import JobSettings
 from .job import JobPaths, TrainingJob
@@ -161,8 +164,9 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
         workers_on_this_host=plan.world.workers_per_host if plan else None,
         hosts=list(job.hosts) if job else [],
         current_host=job.current_host if job else None,
-        versions=Versions({"torch": version("torch"), "torch-xla": version("torch-xla"),
-                           "transformers": version("transformers"), "opentc": version("opentc-toolkit")}),
+        versions=Versions({"torch": installed_version("torch"), "torch-xla": installed_version("torch-xla"),
+                           "transformers": installed_version("transformers"),
+                           "opentc": installed_version("opentc-toolkit")}),
         wall_seconds=round(time.time() - recorder.started, 3),
         first_step_seconds=round(min(first_steps) - recorder.started, 3) if first_steps else None,
         optimizer_steps=None if unseen else first.get("optimizer_steps", 0) if first else 0,

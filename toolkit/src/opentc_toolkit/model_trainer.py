@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from opentc_launcher.env_values import whole_number
+from opentc_launcher.api import whole_number
 
 from .compiler import JobSettings
 from .distributions import Distribution

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from opentc_launcher import exit_codes
+from opentc_launcher.api import exit_codes
 
 
 class JobNotStarted(Exception):

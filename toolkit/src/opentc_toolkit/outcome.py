@@ -10,9 +10,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from opentc_launcher import exit_codes
-from opentc_launcher.failure_records import LAUNCH, FailureRecord, read_error_file
-from opentc_launcher.text import printable, tail
+from opentc_launcher.api import LAUNCH, FailureRecord, exit_codes, printable, read_error_file, tail
 
 from .job import JobPaths
 from .supervisor import ProcessResult

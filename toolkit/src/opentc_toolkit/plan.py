@@ -16,13 +16,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from opentc_launcher.commands import DEFAULT_MASTER_PORT, Rendezvous, run_argv, worker_command
-from opentc_launcher.decision import LaunchRefused, decide
-from opentc_launcher.env_values import MAX_PORT, BadEnvironmentValue, number_from_env
-from opentc_launcher.launch_checks import too_many_workers
-from opentc_launcher.options import WorkerOptions
-from opentc_launcher.setting_names import VARIABLE as SETTING_NAMES_VARIABLE
-from opentc_launcher.working_cache import with_working_copy
+from opentc_launcher.api import (
+    DEFAULT_MASTER_PORT,
+    MAX_PORT,
+    SETTING_NAMES_VARIABLE,
+    BadEnvironmentValue,
+    LaunchRefused,
+    Rendezvous,
+    WorkerOptions,
+    decide,
+    number_from_env,
+    run_argv,
+    too_many_workers,
+    with_working_copy,
+    worker_command,
+)
 
 from .compiler import JobSettings, compiler_environment
 from .job import TrainingJob

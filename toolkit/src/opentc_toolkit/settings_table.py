@@ -12,8 +12,7 @@ import json
 import re
 import sys
 
-from opentc_launcher.options import settable_options
-from opentc_launcher.registry import DEFAULT_NAMES
+from opentc_launcher.api import DEFAULT_NAMES, settable_options
 
 from .compiler import WORKER_SETTINGS
 

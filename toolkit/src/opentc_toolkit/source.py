@@ -11,9 +11,7 @@ import zlib
 from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
 
-from opentc_launcher import exit_codes
-from opentc_launcher.script import why_not_a_script
-from opentc_launcher.text import printable
+from opentc_launcher.api import exit_codes, printable, why_not_a_script
 
 from . import hf_stack
 from .job import TrainingJob

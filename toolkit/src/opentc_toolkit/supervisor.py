@@ -26,8 +26,7 @@ from typing import IO, TextIO
 
 import psutil
 
-from opentc_launcher import exit_codes
-from opentc_launcher.process import PR_SET_CHILD_SUBREAPER, die_with_parent, prctl
+from opentc_launcher.api import PR_SET_CHILD_SUBREAPER, die_with_parent, exit_codes, prctl
 
 from .not_started import BadInput
 

@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from functools import partial
 
-from opentc_launcher.published_cache import WorkingCopy
-from opentc_launcher.working_cache import publish_working_copy
+from opentc_launcher.api import WorkingCopy, publish_working_copy
 
 from .job_summary import JobRecorder
 from .not_started import BadInput
