@@ -12,9 +12,9 @@ import pytest
 from conftest import SCRIPTS, logged_failure, no_torch_xla, run_train
 from opentc_launcher import exit_codes
 from opentc_toolkit.aws_launcher import adapt_aws_launcher, convert_arguments
-from opentc_toolkit.compiler import JobSettings
 from opentc_toolkit.distributions import Distribution
 from opentc_toolkit.job import JobPaths, TrainingJob
+from opentc_toolkit.job_settings import JobSettings
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.plan import LaunchSettings, plan_world
 from opentc_toolkit.quoted import quoted

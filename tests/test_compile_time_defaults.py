@@ -16,8 +16,8 @@ from opentc_launcher.inductor.compile_time import OPTIONAL_DEFAULTS, CompileTime
 from opentc_launcher.inductor.per_layer import per_layer_finding
 from opentc_launcher.options import WorkerOptions, off_names
 from opentc_launcher.script import Program
-from opentc_toolkit.compiler import DEFAULTS_OFF, JobSettings
 from opentc_toolkit.job import decode_hyperparameters
+from opentc_toolkit.job_settings import DEFAULTS_OFF, JobSettings
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.plan import with_setting_names
 

@@ -3,7 +3,8 @@
 
 import pytest
 
-from opentc_toolkit.compiler import (
+from opentc_toolkit.job import decode_hyperparameters as decoded
+from opentc_toolkit.job_settings import (
     BACKEND,
     CACHE,
     CACHE_DIR,
@@ -15,8 +16,7 @@ from opentc_toolkit.compiler import (
     JobSettings,
     compiler_environment,
 )
-from opentc_toolkit.compiler import MULTI_WORKER as MULTI
-from opentc_toolkit.job import decode_hyperparameters as decoded
+from opentc_toolkit.job_settings import MULTI_WORKER as MULTI
 from opentc_toolkit.not_started import BadInput
 
 
@@ -222,7 +222,7 @@ def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
 
     from opentc_launcher.arguments import add_worker_arguments
     from opentc_launcher.options import settable_options
-    from opentc_toolkit.compiler import COMPILER_KEYS, WORKER_SETTINGS
+    from opentc_toolkit.job_settings import COMPILER_KEYS, WORKER_SETTINGS
 
     parser = argparse.ArgumentParser()
     add_worker_arguments(parser)

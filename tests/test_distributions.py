@@ -10,7 +10,6 @@ import pytest
 
 from conftest import SCRIPTS, run_train
 from opentc_launcher.setting_names import ONE_WORKER_PER_HOST, setting
-from opentc_toolkit.compiler import JobSettings
 from opentc_toolkit.distributions import (
     INSTEAD,
     PYTORCH_DDP,
@@ -23,6 +22,7 @@ from opentc_toolkit.distributions import (
     read_distribution,
 )
 from opentc_toolkit.job import decode_hyperparameters
+from opentc_toolkit.job_settings import JobSettings
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.plan import with_setting_names
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from opentc_toolkit.compiler import COMPILER_KEYS
 from opentc_toolkit.distributions import INSTANCE_TYPE, REFUSED, SEVERAL_WORKERS
+from opentc_toolkit.job_settings import COMPILER_KEYS
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "RESULTS.md"]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

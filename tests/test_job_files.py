@@ -106,7 +106,7 @@ def test_an_entry_script_that_is_a_fifo_is_no_aws_launcher_and_is_not_read(tmp_p
 
 
 def test_a_job_whose_entry_script_is_a_fifo_is_refused_not_hung(make_job):
-    """The dry run plans through the same steps (job_plan.plan_job); the job is the one a user waits on."""
+    """The dry run plans through the same steps (plan.plan_job); the job is the one a user waits on."""
     job = make_job()
     script = job.root / "code" / "train.py"
     script.unlink()

@@ -7,9 +7,9 @@ import pytest
 
 from opentc_launcher.decision import decide
 from opentc_launcher.options import WorkerOptions
-from opentc_toolkit.compiler import JobSettings
 from opentc_toolkit.distributions import Distribution
 from opentc_toolkit.job import JobPaths, TrainingJob
+from opentc_toolkit.job_settings import JobSettings
 from opentc_toolkit.not_started import BadInput
 from opentc_toolkit.outcome import LauncherFailureReport, WorkerErrorFile
 from opentc_toolkit.plan import MAX_ARG_BYTES, LaunchSettings, build_plan

@@ -20,10 +20,10 @@ from dataclasses import replace
 
 from opentc_launcher.api import whole_number
 
-from .compiler import MULTI_WORKER, JobSettings
 from .distributions import Distribution
 from .job import AdaptedJob, TrainingJob
 from .job_files import MiB, read_regular
+from .job_settings import MULTI_WORKER, JobSettings
 from .not_started import BadInput
 from .quoted import quoted
 

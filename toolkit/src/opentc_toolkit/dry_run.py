@@ -2,7 +2,7 @@
 run, installed or written.
 
 The job is read and every decision a real run makes before its first process is made by the same function
-(job_plan.plan_job: the settings, the adapters for AWS's launchers and the SDK v3's layout, the code fetched, the
+(plan.plan_job: the settings, the adapters for AWS's launchers and the SDK v3's layout, the code fetched, the
 launch plan), and requirements.txt is checked against the pins, so bad input ends here as it would end the job: the
 same message and exit code, on stderr, without a failure file. The plan goes to stdout: the settings and where each
 came from, the command, the environment the workers get beside the container's, and what would be installed first.
@@ -21,11 +21,10 @@ import tempfile
 from collections.abc import Mapping
 from typing import IO
 
-from .compiler import COMPILER_KEYS, COMPILER_PREFIX, WORKER_SETTINGS
 from .job import JobPaths
-from .job_plan import PlannedJob, plan_job
+from .job_settings import COMPILER_KEYS, COMPILER_PREFIX, WORKER_SETTINGS
 from .not_started import JobNotStarted
-from .plan import LAUNCH_VARIABLES, LaunchSettings
+from .plan import LAUNCH_VARIABLES, LaunchSettings, PlannedJob, plan_job
 from .source import check_requirements, requirements_path
 from .stack import stack_pins
 
@@ -39,7 +38,7 @@ OTHER_FIELD_NAMES = {"backend": "compiler_name", "debug_mode": "debug"}
 
 def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple[PlannedJob, LaunchSettings,
                                                                                   str | None]:
-    """The job's plan as `train` would make it (job_plan.plan_job, the code fetched into `scratch`), its launch
+    """The job's plan as `train` would make it (plan.plan_job, the code fetched into `scratch`), its launch
     settings, and the requirements file that would be installed (None without one; one that would move the stack is
     refused here, as it would be before pip ran). Raises JobNotStarted as a real run would."""
     launch = LaunchSettings.from_env(base_env)

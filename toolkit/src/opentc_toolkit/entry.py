@@ -28,17 +28,16 @@ from typing import NoReturn
 
 from opentc_launcher.api import exit_codes, open_working_copy
 
-from .compiler import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
 from .distributions import TORCH_DISTRIBUTED
 from .dry_run import dry_run
 from .hosts_end import end_port, wait_for_every_host
 from .job import JobPaths, TrainingJob
-from .job_plan import plan_job
+from .job_settings import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
 from .job_summary import JobRecorder, write_summary
 from .not_started import JobNotStarted, PeersUnreachable
 from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stop_outcome
 from .peers import wait_for_hosts
-from .plan import LaunchPlan, LaunchSettings, with_setting_names
+from .plan import LaunchPlan, LaunchSettings, plan_job, with_setting_names
 from .source import install_requirements
 from .supervisor import JobStopped, Supervisor
 from .wrap_up import settle, wrap_up

@@ -1,4 +1,4 @@
-"""A true/false hyperparameter, read one way wherever the toolkit reads one (compiler.py, distributions.py)."""
+"""A true/false hyperparameter, read one way wherever the toolkit reads one (job_settings.py, distributions.py)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from opentc_launcher.api import printable, visible_gpu_count
 
-from .compiler import JobSettings
 from .job_files import MiB, read_regular
+from .job_settings import JobSettings
 from .not_started import BadInput
 
 HYPERPARAMETERS = "hyperparameters.json"

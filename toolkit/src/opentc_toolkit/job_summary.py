@@ -39,8 +39,8 @@ from opentc_launcher.api import (
     write_json,
 )
 
-from .compiler import JobSettings
 from .job import JobPaths, TrainingJob
+from .job_settings import JobSettings
 from .loss_lines import LossLines
 from .outcome import Outcome
 from .plan import LaunchPlan

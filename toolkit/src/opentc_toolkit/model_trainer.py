@@ -19,10 +19,10 @@ from types import MappingProxyType
 
 from opentc_launcher.api import whole_number
 
-from .compiler import JobSettings
 from .distributions import Distribution
 from .job import MAX_JOB_FILE_BYTES, AdaptedJob, TrainingJob
 from .job_files import read_regular
+from .job_settings import JobSettings
 from .not_started import BadInput
 
 TORCHRUN = "ModelTrainer(distributed=Torchrun())"

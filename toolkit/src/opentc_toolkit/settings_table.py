@@ -14,7 +14,7 @@ import sys
 
 from opentc_launcher.api import DEFAULT_NAMES, settable_options
 
-from .compiler import WORKER_SETTINGS
+from .job_settings import WORKER_SETTINGS
 
 
 def worker_setting_rows() -> list[str]:
