@@ -11,6 +11,7 @@ import pytest
 
 from conftest import SCRIPTS, logged_failure, no_torch_xla, run_train
 from opentc_launcher import exit_codes
+from opentc_launcher.host import HostFacts
 from opentc_toolkit.aws_launcher import adapt_aws_launcher, convert_arguments
 from opentc_toolkit.distributions import Distribution
 from opentc_toolkit.job import JobPaths, TrainingJob
@@ -40,7 +41,7 @@ def job_for(code, args, entry=LAUNCHER, gpus=0):
     return TrainingJob(
         paths=JobPaths(str(code.parent)), entry_point=entry, submit_directory=str(code),
         hyperparameters=MappingProxyType({}), framework_params=MappingProxyType({}), user_args=tuple(args),
-        hosts=("algo-1",), current_host="algo-1", num_gpus=gpus, script_env=MappingProxyType({}))
+        hosts=("algo-1",), current_host="algo-1", machine=HostFacts(cpus=2, gpus=gpus), script_env=MappingProxyType({}))
 
 
 def test_arguments_are_converted_as_sm_dist_converted_them():

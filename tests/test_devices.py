@@ -5,7 +5,8 @@ from NVML as torch reads it, without importing torch before the script.
 No GPU exists here: a stub driver built with gcc stands in for the driver's libraries, libnvidia-ml.so.1 and
 libcuda.so.1 (loaded through LD_LIBRARY_PATH, as the NVIDIA container runtime mounts the real ones), reporting the
 GPUs STUB_NVML_GPUS says, the CUDA version STUB_CUDA_DRIVER says (default 13.0) and the driver version
-STUB_DRIVER_VERSION says; and nvidia-smi, which sagemaker-training counts GPUs with.
+STUB_DRIVER_VERSION says, the name and compute capability STUB_GPU_NAME and STUB_COMPUTE_CAPABILITY say (none without
+them) and 81559 MiB; and nvidia-smi, which sagemaker-training counts GPUs with.
 """
 
 import json
@@ -32,6 +33,17 @@ int nvmlDeviceGetUUID(void *handle, char *uuid, unsigned int length) {
 }
 int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     const char *v = getenv("STUB_DRIVER_VERSION"); snprintf(version, length, "%s", v ? v : "580.65.06"); return 0;
+}
+int nvmlDeviceGetName(void *handle, char *name, unsigned int length) {
+    const char *n = getenv("STUB_GPU_NAME"); if (!n) return 3; snprintf(name, length, "%s", n); return 0;
+}
+typedef struct { unsigned long long total, free, used; } memory_t;
+int nvmlDeviceGetMemoryInfo(void *handle, memory_t *memory) {
+    memory->total = 81559ULL << 20; memory->free = memory->total; memory->used = 0; return 0;
+}
+int nvmlDeviceGetCudaComputeCapability(void *handle, int *major, int *minor) {
+    const char *c = getenv("STUB_COMPUTE_CAPABILITY"); if (!c) return 3;
+    *major = atoi(c) / 10; *minor = atoi(c) % 10; return 0;
 }
 int cuDriverGetVersion(int *version) {
     const char *v = getenv("STUB_CUDA_DRIVER"); *version = v ? atoi(v) : 13000; return 0;
@@ -185,3 +197,32 @@ def test_a_driver_that_reports_no_cuda_version_is_said_to(nvml, tmp_path, report
     assert ("the host's NVIDIA driver 470.82.01 reports no CUDA version (cuDriverGetVersion gave 0 or less); this "
             "image's torch") in result.stdout, result.stdout[-3000:]
     assert "CUDA 0.0" not in result.stdout and "CUDA -" not in result.stdout
+
+
+def probed(env) -> dict:
+    done = subprocess.run([sys.executable, "-c", "import json, sys; from opentc_launcher.host import probe_host; "
+                                                 "h = probe_host(); print(json.dumps([h.record(), h.describe(), "
+                                                 "'torch' in sys.modules]))"],
+                          env=env, capture_output=True, text=True, timeout=60, check=True)
+    record, line, torch_imported = json.loads(done.stdout)
+    assert not torch_imported                 # probing never imports torch
+    return {**record, "line": line}
+
+
+def test_the_host_record_is_what_the_driver_says_of_the_gpus_this_process_sees(nvml):
+    """Issue 41 (3): one probe of the machine, with the GPUs' name, memory, compute capability and the driver."""
+    h100 = probed(driver_env(nvml, 4, CUDA_VISIBLE_DEVICES="1,2", STUB_GPU_NAME="NVIDIA H100 80GB HBM3",
+                             STUB_COMPUTE_CAPABILITY="90", STUB_CUDA_DRIVER="12040", STUB_DRIVER_VERSION="550.54.15"))
+    assert {k: v for k, v in h100.items() if k not in ("cpus", "torch_cuda", "line")} == {
+        "gpus": 2, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "compute_capability": "9.0",
+        "bf16": True, "driver": "550.54.15", "driver_cuda": "12.4"}
+    assert h100["cpus"] >= 1
+    assert "2 x NVIDIA H100 80GB HBM3 (81559 MiB, compute capability 9.0, bf16); driver 550.54.15 (CUDA 12.4)" \
+        in h100["line"]
+    t4 = probed(driver_env(nvml, 1, STUB_GPU_NAME="Tesla T4", STUB_COMPUTE_CAPABILITY="75"))
+    assert (t4["gpus"], t4["compute_capability"], t4["bf16"]) == (1, "7.5", False)
+    unnamed = probed(driver_env(nvml, 1))     # a driver that names neither: unknown, never guessed
+    assert (unnamed["gpu_name"], unnamed["compute_capability"], unnamed["bf16"]) == (None, None, None)
+    assert "1 x GPU (name unknown) (81559 MiB)" in unnamed["line"]
+    none = probed(driver_env(nvml, 0, STUB_NVML_BROKEN="1"))
+    assert (none["gpus"], none["gpu_name"], none["bf16"]) == (0, None, None) and "no GPU" in none["line"]

@@ -3,6 +3,7 @@ with nothing run, installed or written, and bad input refused as the job would r
 words), on stderr, with no failure file."""
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -35,6 +36,7 @@ def test_the_plan_names_settings_and_their_sources_the_command_and_the_environme
     assert "OPENTC_PEER_TIMEOUT = 12.0 (from the container)" in plan, plan
     assert "MASTER_PORT = 29500 (default)" in plan, plan
     assert "installed first: requirements.txt from the code folder" in plan, plan
+    assert f"machine: {len(os.sched_getaffinity(0))} CPUs; no GPU; torch built for " in plan, plan   # issue 41
     command = plan.split("command (in ", 1)[1].splitlines()[1]
     assert "opentc-worker --backend xla" in command and "--max-compilations 7" in command, command
     assert command.endswith(f"{job.root}/code/argv_echo.py --epochs 2"), command

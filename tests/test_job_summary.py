@@ -64,6 +64,8 @@ def test_every_job_has_a_summary_with_plausible_figures(sample_runs, name):
     assert summary["peak_memory_mb"] > 100 and summary["processes"][0]["peak_memory_kind"]
     assert summary["throughput"]["source"] is None       # the sample slices a tensor: no DataLoader, no guess
     assert summary["versions"]["torch"].startswith("2.") and summary["versions"]["transformers"]
+    machine = summary["machine"]                                           # the host's record (issue 41)
+    assert machine["cpus"] == len(os.sched_getaffinity(0)) and machine["gpus"] == 0 and machine["bf16"] is None
     if name == "xla":
         assert summary["compile"]["seconds"] > 0 and summary["compile"]["graphs_compiled"] >= 1
     else:

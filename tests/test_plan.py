@@ -6,6 +6,7 @@ from types import MappingProxyType
 import pytest
 
 from opentc_launcher.decision import decide
+from opentc_launcher.host import HostFacts
 from opentc_launcher.options import WorkerOptions
 from opentc_toolkit.distributions import Distribution
 from opentc_toolkit.job import JobPaths, TrainingJob
@@ -21,7 +22,8 @@ def job(hosts=("algo-1",), current="algo-1", gpus=0, args=("--epochs", "3"), scr
     return TrainingJob(
         paths=JobPaths("/opt/ml"), entry_point="train.py", submit_directory="/opt/ml/code",
         hyperparameters=MappingProxyType({}), framework_params=MappingProxyType({}), user_args=tuple(args),
-        hosts=tuple(hosts), current_host=current, num_gpus=gpus, script_env=MappingProxyType(script_env or {}))
+        hosts=tuple(hosts), current_host=current, machine=HostFacts(cpus=2, gpus=gpus),
+        script_env=MappingProxyType(script_env or {}))
 
 
 def plan(j, settings, env=None, launch=None):

@@ -127,6 +127,19 @@ class Utilisation(TypedDict, total=False):
     peak_source: str | None
 
 
+class Machine(TypedDict, total=False):
+    """The host the summary was written on (opentc_launcher.host.HostFacts): versions as "major.minor"."""
+    cpus: Count | None
+    gpus: Count | None
+    gpu_name: str | None
+    gpu_memory_mib: Count | None
+    compute_capability: str | None
+    bf16: bool | None
+    driver: str | None
+    driver_cuda: str | None
+    torch_cuda: str | None
+
+
 class JobSummary(TypedDict, total=False):
     format: str
     job_name: str | None
@@ -137,6 +150,7 @@ class JobSummary(TypedDict, total=False):
     workers_on_this_host: Count | None
     hosts: Annotated[list[str], "a list of host names"] | None
     current_host: str | None
+    machine: Machine | None
     versions: Versions | None
     wall_seconds: Seconds | None
     first_step_seconds: Seconds | None

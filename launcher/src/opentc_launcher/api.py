@@ -2,7 +2,7 @@
 is its own business and may change without notice; tests/test_layers.py holds the toolkit to this module.
 
 What they serve: reading the job's values (env_values, text, files, script); the compiler settings (options,
-setting_names, backend, registry, installed); the machine (gpus, cuda_driver); the launch plan (commands, decision,
+setting_names, backend, registry, installed); the machine (host: one record of it); the launch plan (commands, decision,
 launch_checks); running it (process, the compile cache's working copy); and after the workers, what each wrote
 about itself and about a failure (failure_records, worker_record) and the utilisation reached (mfu)."""
 
@@ -14,7 +14,7 @@ from .decision import LaunchRefused, decide
 from .env_values import MAX_DIGITS, MAX_PORT, BadEnvironmentValue, flag, number_from_env, whole_number
 from .failure_records import LAUNCH, FailureRecord, read_error_file
 from .files import unwritable, write_json
-from .gpus import gpu_name, visible_gpu_count
+from .host import HostFacts, probe_host
 from .installed import default_compiler, why_default
 from .installed import version as installed_version
 from .launch_checks import too_many_workers
@@ -50,6 +50,7 @@ __all__ = [
     "CompilerBackend",
     "Declared",
     "FailureRecord",
+    "HostFacts",
     "LaunchRefused",
     "Rendezvous",
     "WorkerOptions",
@@ -63,7 +64,6 @@ __all__ = [
     "die_with_parent",
     "exit_codes",
     "flag",
-    "gpu_name",
     "installed_version",
     "job_utilisation",
     "number_from_env",
@@ -72,6 +72,7 @@ __all__ = [
     "option_setting",
     "prctl",
     "printable",
+    "probe_host",
     "publish_working_copy",
     "read_error_file",
     "read_records",
@@ -80,7 +81,6 @@ __all__ = [
     "tail",
     "too_many_workers",
     "unwritable",
-    "visible_gpu_count",
     "whole_number",
     "why_default",
     "why_not_a_script",

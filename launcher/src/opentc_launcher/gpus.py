@@ -1,4 +1,5 @@
-"""How many GPUs this process can see: the count every launcher and worker checks a device choice against.
+"""How many GPUs this process can see (the count every launcher and worker checks a device choice against), and what
+the first of them is (gpu_model, for the host record: host.py).
 
 Read from NVML, the driver's own library, with CUDA_VISIBLE_DEVICES applied the way torch.cuda.device_count() applies
 it when NVML answers (torch/cuda/__init__.py: _parse_visible_devices, _device_count_nvml). Neither torch nor a CUDA
@@ -14,6 +15,7 @@ import itertools
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 NVML_LIBRARY = "libnvidia-ml.so.1"   # mounted with the driver (the NVIDIA container runtime, SageMaker)
 _UUID_BYTES = 96
@@ -94,15 +96,41 @@ def visible_gpu_count(env: Mapping[str, str] = os.environ) -> int:
     return _ordinals(entries, _device_count(nvml))
 
 
-def gpu_name() -> str | None:
-    """The first GPU's name as the driver gives it ("NVIDIA H100 80GB HBM3", the name torch gives it too), for the
-    MFU's peak (mfu.py); None without a driver. The GPUs of one instance are alike."""
+class _Memory(ctypes.Structure):   # nvmlMemory_t
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """The first GPU as the driver describes it (the GPUs of one instance are alike); a figure the driver did not
+    give is None."""
+    name: str | None                                  # "NVIDIA H100 80GB HBM3", the name torch gives it too
+    memory_mib: int | None
+    compute_capability: tuple[int, int] | None
+
+
+def gpu_model() -> GpuModel | None:
+    """The first GPU's name, memory and compute capability, from NVML; None without a driver or a GPU."""
     nvml = _nvml()
     if nvml is None or _device_count(nvml) == 0:
         return None
     handle = ctypes.c_void_p()
-    buffer = ctypes.create_string_buffer(_UUID_BYTES)
-    if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0 or \
-            nvml.nvmlDeviceGetName(handle, buffer, _UUID_BYTES) != 0:
+    if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
         return None
-    return buffer.value.decode("ascii", "replace")
+    buffer = ctypes.create_string_buffer(_UUID_BYTES)
+    named = _answers(nvml, "nvmlDeviceGetName", handle, buffer, _UUID_BYTES)
+    name = buffer.value.decode("ascii", "replace") if named else None
+    memory = _Memory()
+    mib = memory.total // 2**20 if _answers(nvml, "nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory)) else None
+    major, minor = ctypes.c_int(0), ctypes.c_int(0)
+    capability = (major.value, minor.value) if _answers(
+        nvml, "nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor)) else None
+    return GpuModel(name or None, mib, capability)
+
+
+def _answers(nvml: ctypes.CDLL, function: str, *args: object) -> bool:
+    """Whether NVML has `function` (older drivers lack some) and it answered."""
+    try:
+        return bool(getattr(nvml, function)(*args) == 0)
+    except AttributeError:
+        return False

@@ -85,7 +85,8 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
     given = job.framework_params
     lines = [f"opentc-train --dry-run: the job in {job.paths.base} (nothing was run, installed or written)", "",
              f"job: {job.job_name or '(no name)'}, host {job.current_host} of {', '.join(job.hosts)}, "
-             f"{job.num_gpus} GPU(s), script {job.entry_point}", "", "settings (hyperparameters):"]
+             f"{job.num_gpus} GPU(s), script {job.entry_point}", f"machine: {job.machine.describe()}", "",
+             "settings (hyperparameters):"]
     for key in COMPILER_KEYS:
         name = key.removeprefix(COMPILER_PREFIX)
         value = (getattr(settings.worker, name) if key in WORKER_SETTINGS.values() else

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from opentc_launcher.api import printable, visible_gpu_count
+from opentc_launcher.api import HostFacts, printable, probe_host
 
 from .job_files import MiB, read_regular
 from .job_settings import JobSettings
@@ -83,13 +83,17 @@ class TrainingJob:
     user_args: tuple[str, ...]              # the script's argv: --key value, keys sorted
     hosts: tuple[str, ...]
     current_host: str
-    num_gpus: int
+    machine: HostFacts                      # probed once, as the job is read
     script_env: Mapping[str, str]           # SM_* variables for the script
     requirements_file: str = "requirements.txt"   # in the code folder, installed before the script runs
     code_submitted: bool = False          # whether sagemaker_submit_directory named the code
     workers_per_host: int | None = None   # what the job itself asks for (an adapter read it), else one per GPU
     workers_asked_by: str = ""            # where that number came from, in the words of whoever wrote it
     job_name: str | None = None           # SageMaker's TRAINING_JOB_NAME, or the hyperparameter sagemaker_job_name
+
+    @property
+    def num_gpus(self) -> int:
+        return self.machine.gpus
 
     @property
     def host_index(self) -> int:
@@ -229,9 +233,11 @@ def read_job(paths: JobPaths) -> TrainingJob:
         # An empty mapping makes Environment read the file itself, which holds the same empty object.
         env = environment.Environment(resource_config=resource, input_data_config=channels,
                                       hyperparameters=decoded)
-        # The launcher's count (NVML, honouring CUDA_VISIBLE_DEVICES), which opentc-run and the workers are handed:
-        # one count for the whole launch, not sagemaker-training's nvidia-smi list beside it.
-        gpus = visible_gpu_count()
+        # The launcher's record of the machine (its GPU count from NVML, honouring CUDA_VISIBLE_DEVICES), which
+        # opentc-run and the workers are handed: one count for the whole launch, not sagemaker-training's
+        # nvidia-smi list beside it.
+        machine = probe_host()
+        gpus = machine.gpus
         description = TrainingJob(
             paths=paths,
             entry_point=env.user_entry_point or None,
@@ -241,7 +247,7 @@ def read_job(paths: JobPaths) -> TrainingJob:
             user_args=tuple(str(a) for a in env.to_cmd_args()),
             hosts=hosts,
             current_host=current_host,
-            num_gpus=gpus,
+            machine=machine,
             script_env=_frozen({**env.to_env_vars(), "SM_NUM_GPUS": str(gpus)}),
             code_submitted="sagemaker_submit_directory" in raw,
             job_name=env.job_name or (str(decoded["sagemaker_job_name"]) if decoded.get("sagemaker_job_name")

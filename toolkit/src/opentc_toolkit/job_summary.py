@@ -22,6 +22,7 @@ from opentc_compare.summary import (
     FORMAT,
     Compiled,
     JobSummary,
+    Machine,
     StepSeconds,
     Throughput,
     Utilisation,
@@ -32,7 +33,6 @@ from opentc_compare.summary import Outcome as JobOutcome
 from opentc_launcher.api import (
     WorkerRecord,
     WorkingCopy,
-    gpu_name,
     installed_version,
     job_utilisation,
     read_records,
@@ -164,6 +164,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
         workers_on_this_host=plan.world.workers_per_host if plan else None,
         hosts=list(job.hosts) if job else [],
         current_host=job.current_host if job else None,
+        machine=cast(Machine, job.machine.record()) if job else None,
         versions=Versions({"torch": installed_version("torch"), "torch-xla": installed_version("torch-xla"),
                            "transformers": installed_version("transformers"),
                            "opentc": installed_version("opentc-toolkit")}),
@@ -185,7 +186,8 @@ def write_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome) -> J
     """output/data/job-summary.json and its headline in the log. Never raises."""
     try:
         device = recorder.plan.options.device if recorder.plan else None
-        summary = build_summary(paths, recorder, outcome, gpu_name() if device and device.startswith("cuda") else None)
+        gpu = recorder.job.machine.gpu_name if recorder.job else None
+        summary = build_summary(paths, recorder, outcome, gpu if device and device.startswith("cuda") else None)
         path = os.path.join(paths.output_data, FILE_NAME)
         write_json(path, summary, indent=2)
     except Exception as e:  # noqa: BLE001  (the summary is never a reason for a job to fail)
