@@ -1,20 +1,22 @@
-"""Hyperparameters -> JobSettings -> the workers' environment for the chosen backend (pure functions)."""
+"""Hyperparameters -> JobSettings; worker options -> the workers' environment for their backend (pure functions)."""
 
 
 import pytest
 
+from opentc_launcher.api import compiler_environment
+from opentc_launcher.options import WorkerOptions
 from opentc_toolkit.job import decode_hyperparameters as decoded
 from opentc_toolkit.job_settings import (
     BACKEND,
     CACHE,
     CACHE_DIR,
+    COMPILER_KEYS,
     CPU_MULTI_WORKER,
     DEBUG,
     ENABLED,
     LIBRARY_PATCHES,
     MAX_COMPILATIONS,
     JobSettings,
-    compiler_environment,
 )
 from opentc_toolkit.job_settings import MULTI_WORKER as MULTI
 from opentc_toolkit.not_started import BadInput
@@ -80,29 +82,41 @@ def test_a_number_hyperparameter_that_is_not_a_plain_whole_number_is_refused_nam
     assert "use a whole number >= 0 in digits 0-9" in message and len(message) < 400, message
 
 
-def env_for(settings, gpus=0, base=None):
-    return compiler_environment(settings, gpu_count=gpus, compiler_output="/opt/ml/output/data/compiler",
-                                base_env=base or {})
+def env_for(backend="xla", gpus=0, base=None, debug=False):
+    """The environment for workers with these options (as plan.worker_options makes them for a job: debug mode only
+    with the compiler on, its folder output/data/compiler: tests/test_plan.py)."""
+    options = WorkerOptions(backend=backend, gpu_count=gpus, debug_mode=debug,
+                            debug_dir="/opt/ml/output/data/compiler")
+    return compiler_environment(options, base or {})
 
 
 def test_enabled_on_cpu_and_on_gpus():
     # PJRT_DEVICE is not among them: the launch plan decides the device (tests/test_plan.py).
-    on = JobSettings(enabled=True)
-    assert dict(env_for(on).applied) == {"USE_TORCH_XLA": "1"}
-    assert dict(env_for(on, gpus=8).applied) == {"USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "8"}
+    assert dict(env_for().applied) == {"USE_TORCH_XLA": "1"}
+    assert dict(env_for(gpus=8).applied) == {"USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "8"}
 
 
 def test_disabled_keeps_transformers_off_xla():
-    assert dict(env_for(JobSettings(enabled=False), gpus=8).applied) == {"USE_TORCH_XLA": "0"}
-    # debug without the compiler changes nothing
-    assert dict(env_for(JobSettings(enabled=False, debug=True), gpus=8).applied) == {"USE_TORCH_XLA": "0"}
+    assert dict(env_for("eager", gpus=8).applied) == {"USE_TORCH_XLA": "0"}
+    # plain PyTorch has no debug switches
+    assert dict(env_for("eager", gpus=8, debug=True).applied) == {"USE_TORCH_XLA": "0"}
     # no GPU: accelerate is told to run on the CPU, or several workers would never synchronise (test_distributions)
     on_cpu = {"USE_TORCH_XLA": "0", "ACCELERATE_USE_CPU": "true"}
-    assert dict(env_for(JobSettings(enabled=False)).applied) == on_cpu
+    assert dict(env_for("eager").applied) == on_cpu
+
+
+def test_debug_mode_is_a_worker_option_declared_once():
+    """Issue 41: its hyperparameter comes from the option's declaration, parsed as a flag like the others."""
+    assert DEBUG == "sagemaker_training_compiler_debug_mode" and COMPILER_KEYS.count(DEBUG) == 1
+    assert JobSettings.from_hyperparameters({DEBUG: True}).worker.debug_mode is True
+    from opentc_launcher.worker import build_parser
+
+    options = WorkerOptions(debug_mode=True, debug_dir="/opt/ml/output/data/compiler")   # it travels on the argv
+    assert WorkerOptions.from_namespace(build_parser().parse_args([*options.to_argv(), "train.py"])) == options
 
 
 def test_debug_puts_every_artefact_under_output_data_compiler():
-    applied = env_for(JobSettings(enabled=True, debug=True)).applied
+    applied = env_for(debug=True).applied
     assert applied["PT_XLA_DEBUG_LEVEL"] == "1"
     assert applied["XLA_IR_DEBUG"] == applied["XLA_HLO_DEBUG"] == "1"
     assert applied["XLA_METRICS_FILE"] == "/opt/ml/output/data/compiler/XLA_METRICS_FILE.txt"
@@ -112,7 +126,7 @@ def test_debug_puts_every_artefact_under_output_data_compiler():
 
 def test_user_set_variables_are_kept_and_reported():
     base = {"USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "2"}
-    changes = env_for(JobSettings(enabled=True, debug=True), gpus=8, base=base)
+    changes = env_for(gpus=8, base=base, debug=True)
     assert not {"USE_TORCH_XLA", "GPU_NUM_DEVICES"} & set(changes.applied)
     assert dict(changes.kept) == {"GPU_NUM_DEVICES": "2"}
     assert changes.applied["XLA_METRICS_FILE"].endswith("XLA_METRICS_FILE.txt")
@@ -122,14 +136,13 @@ def test_a_users_xla_flags_get_debug_modes_dump_flag_by_flag():
     """Issue 40 (design review): a user's own XLA_FLAGS was kept whole, and debug mode's --xla_dump_to silently
     dropped. Now the user's flags stay, each, and the flags they do not set are added (and said: added_flags)."""
     dump = "--xla_dump_to=/opt/ml/output/data/compiler/xla_dump"
-    debug = JobSettings(enabled=True, debug=True)
-    changes = env_for(debug, base={"XLA_FLAGS": " --xla_gpu_autotune_level=0  --xla_dump_hlo_as_text "})
+    changes = env_for(base={"XLA_FLAGS": " --xla_gpu_autotune_level=0  --xla_dump_hlo_as_text "}, debug=True)
     assert changes.applied["XLA_FLAGS"] == f"--xla_gpu_autotune_level=0  --xla_dump_hlo_as_text {dump}"
     assert dict(changes.added_flags) == {"XLA_FLAGS": dump} and "XLA_FLAGS" not in changes.kept
-    own = env_for(debug, base={"XLA_FLAGS": "--xla_dump_to=/mine"})            # their own dump folder wins
+    own = env_for(base={"XLA_FLAGS": "--xla_dump_to=/mine"}, debug=True)            # their own dump folder wins
     assert "XLA_FLAGS" not in own.applied and dict(own.kept) == {"XLA_FLAGS": "--xla_dump_to=/mine"}
     assert dict(own.added_flags) == {}
-    off = env_for(JobSettings(enabled=True), base={"XLA_FLAGS": "--xla_gpu_autotune_level=0"})   # no debug mode
+    off = env_for(base={"XLA_FLAGS": "--xla_gpu_autotune_level=0"})   # no debug mode
     assert "XLA_FLAGS" not in off.applied and not off.kept and not off.added_flags
 
 
@@ -150,13 +163,12 @@ def test_an_unknown_backend_names_both_accepted(raw):
 
 
 def test_inductor_compiles_trainer_and_accelerate_scripts_through_accelerates_variable():
-    on = JobSettings(enabled=True, compiler_name="inductor")
-    assert dict(env_for(on, gpus=8).applied) == {"USE_TORCH_XLA": "0", "ACCELERATE_DYNAMO_BACKEND": "inductor"}
-    applied = env_for(JobSettings(enabled=True, compiler_name="inductor", debug=True)).applied
+    assert dict(env_for("inductor", gpus=8).applied) == {"USE_TORCH_XLA": "0", "ACCELERATE_DYNAMO_BACKEND": "inductor"}
+    applied = env_for("inductor", debug=True).applied
     assert applied["TORCH_TRACE"] == "/opt/ml/output/data/compiler/torch_trace"
     assert applied["TORCH_LOGS_OUT"] == "/opt/ml/output/data/compiler/torch_logs.txt"
     assert applied["TORCH_LOGS"] == "graph_breaks,recompiles"
-    kept = env_for(on, base={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "TORCH_LOGS": "+dynamo"})
+    kept = env_for("inductor", base={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "TORCH_LOGS": "+dynamo"})
     assert dict(kept.kept) == {"ACCELERATE_DYNAMO_BACKEND": "aot_eager"}
 
 
@@ -228,7 +240,7 @@ def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
     add_worker_arguments(parser)
     read = JobSettings.from_hyperparameters({})
     declared = settable_options()
-    assert {name for name, _, _ in declared} == {"cpu_multi_worker", "max_compilations", "warmup_steps",
+    assert {name for name, _, _ in declared} == {"debug_mode", "cpu_multi_worker", "max_compilations", "warmup_steps",
                                                 "library_patches", "defaults_off"}
     for name, _, default in declared:
         assert WORKER_SETTINGS[name] == f"sagemaker_training_compiler_{name}" and WORKER_SETTINGS[name] in COMPILER_KEYS

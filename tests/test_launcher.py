@@ -236,3 +236,33 @@ def test_a_report_that_cannot_be_made_never_fails_a_script_that_succeeded(tmp_pa
     assert ("the compile report and this worker's measurements could not be made: RuntimeError: the step "
             "statistics are broken") in result.stdout
     assert not (tmp_path / "error.json").exists()
+
+
+def test_opentc_run_alone_has_debug_mode_and_gives_its_worker_the_environment_train_would(tmp_path):
+    """Issue 41: debug mode is a worker option, so opentc-run alone has it; the worker sets the backend's
+    environment that no launcher above set (the same function train's plan calls), before torch_xla imports."""
+    script = tmp_path / "xla_steps.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "import torch, torch_xla\n"
+        "device = torch_xla.device()\n"
+        "model = torch.nn.Linear(8, 1).to(device)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    optimizer.zero_grad(); model(torch.randn(4, 8, device=device)).pow(2).mean().backward()\n"
+        "    optimizer.step(); torch_xla.sync()\n"
+        "keys = ('USE_TORCH_XLA', 'XLA_IR_DEBUG', 'XLA_FLAGS', 'PT_XLA_DEBUG_LEVEL')\n"
+        "json.dump({k: os.environ.get(k) for k in keys}, open(sys.argv[1], 'w'))\n")
+    debug = tmp_path / "debug"
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--backend", "xla", "--device", "cpu",
+                  "--debug-mode", "true", "--debug-dir", debug, script, tmp_path / "env.json"], tmp_path,
+                 XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "the PyTorch/XLA environment this worker sets for itself" in result.stdout, result.stdout[-4000:]
+    env = json.loads((tmp_path / "env.json").read_text())
+    assert env["USE_TORCH_XLA"] == "1" and env["XLA_IR_DEBUG"] == "1" and env["PT_XLA_DEBUG_LEVEL"] == "1"
+    # the caller's own flags stay, and debug mode's dump joins them, as in a train job (test_train_jobs)
+    # (torch_xla appends flags of its own at import)
+    assert env["XLA_FLAGS"].startswith(f"--xla_cpu_enable_fast_math=false --xla_dump_to={debug}/xla_dump"), env
+    assert list(debug.glob("XLA_METRICS_FILE*")), sorted(p.name for p in debug.iterdir())
+    assert any(name.endswith(".txt") for name in os.listdir(debug / "xla_dump"))

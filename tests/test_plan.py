@@ -56,6 +56,21 @@ def test_compiler_off_uses_the_eager_backend_and_no_cache():
     assert p.command.env["USE_TORCH_XLA"] == "0"
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_debug_mode_reaches_the_workers_as_an_option_with_the_compiler_on_only(enabled):
+    """Issue 41: debug mode travels like the backend, on the worker's command line; the environment it calls for is
+    computed from the worker options (the launcher's compiler_environment), as a worker started alone computes it."""
+    settings = JobSettings.from_hyperparameters({"sagemaker_training_compiler_enabled": enabled,
+                                                 "sagemaker_training_compiler_debug_mode": True})
+    p = plan(job(), settings)
+    assert settings.debug and p.options.debug_mode == enabled
+    assert option(p.command.argv, "--debug-mode") == str(enabled)
+    assert ("XLA_METRICS_FILE" in p.command.env) == enabled
+    if enabled:
+        assert p.options.debug_dir == "/opt/ml/output/data/compiler"
+        assert p.command.env["XLA_METRICS_FILE"] == "/opt/ml/output/data/compiler/XLA_METRICS_FILE.txt"
+
+
 def test_multi_worker_one_host_is_a_local_rendezvous_with_one_worker_per_gpu():
     p = plan(job(gpus=8), JobSettings(enabled=True, distribution=Distribution.DATA_PARALLEL))
     argv = p.command.argv

@@ -9,6 +9,7 @@ about itself and about a failure (failure_records, worker_record) and the utilis
 from . import exit_codes
 from .backend import CompilerBackend
 from .commands import DEFAULT_MASTER_PORT, Rendezvous, run_argv, worker_command
+from .compiler_env import EnvironmentChanges, compiler_environment
 from .cuda_driver import XLA_IMAGE_VARIABLE
 from .decision import LaunchRefused, decide
 from .env_values import MAX_DIGITS, MAX_PORT, BadEnvironmentValue, flag, number_from_env, whole_number
@@ -49,6 +50,7 @@ __all__ = [
     "BadEnvironmentValue",
     "CompilerBackend",
     "Declared",
+    "EnvironmentChanges",
     "FailureRecord",
     "HostFacts",
     "LaunchRefused",
@@ -57,6 +59,7 @@ __all__ = [
     "WorkerRecord",
     "WorkingCopy",
     "backend_named",
+    "compiler_environment",
     "debug_logs",
     "decide",
     "default_compiler",

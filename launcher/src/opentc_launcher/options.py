@@ -18,6 +18,7 @@ DEVICES = ("auto", "cuda", "cpu", "tpu")
 CPU_MULTI_WORKER_POLICIES = ("refuse", "unsynchronized")
 DEFAULT_CPU_MULTI_WORKER = CPU_MULTI_WORKER_POLICIES[0]
 ALL_DEFAULTS = "all"   # --defaults-off all: every compile-time default of the backend off
+DEFAULT_DEBUG_FOLDER = "opentc-debug"
 
 
 def off_names(text: str) -> tuple[str, ...]:
@@ -63,6 +64,16 @@ def _option(default: object = None, *, default_factory: Callable[[], object] | N
     return field(default=default, metadata=metadata)
 
 
+# What debug mode does, for the settings table (a front end's debug-mode setting is this option's).
+DEBUG_MODE_DOC = (
+    "the compiler's debug switches, artefacts in `/opt/ml/output/data/compiler/` (so they are in output.tar.gz). "
+    "XLA: `PT_XLA_DEBUG_LEVEL=1` (compilation analysis in the log), `XLA_IR_DEBUG`, `XLA_HLO_DEBUG`, "
+    "`XLA_SAVE_TENSORS_FILE`/`_FMT=hlo`, `XLA_METRICS_FILE`, `XLA_DUMP_FATAL_STACK`, "
+    "`XLA_FLAGS=--xla_dump_to=…/xla_dump`. Inductor: `TORCH_TRACE=…/torch_trace` (torch's structured trace, a file "
+    "per rank), `TORCH_LOGS=graph_breaks,recompiles` (in the log, and per rank in `…/torch_logs.txt`), and "
+    "tlparse's HTML report of each trace in `…/tlparse/<trace>/index.html`")
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     """What every worker runs with: each field is a worker option (--backend, --device, ...), declared once here."""
@@ -75,6 +86,15 @@ class WorkerOptions:
     # Launchers pass the decided device to their workers (auto: not decided yet: opentc_launcher.decision).
     device: str = _option("auto", kind=CHOICE, choices=DEVICES,
                           help="auto: for xla PJRT_DEVICE if set, else cuda when a GPU is visible, else cpu")
+    debug_mode: bool = _option(
+        False, kind=FLAG, metavar="true|false",
+        help="the backend's debug switches (torch-xla's metrics, IR and HLO dumps; torch.compile's trace and logs), "
+             "their artefacts under --debug-dir; the worker sets them in its own process before the backend starts, "
+             "and keeps any the environment already sets",
+        setting=AsSetting(DEBUG_MODE_DOC))
+    debug_dir: str = _option("", metavar="DIR",
+                             help=f"where debug mode's artefacts go (default: ./{DEFAULT_DEBUG_FOLDER} in the "
+                                  f"working folder)")
     cpu_multi_worker: str = _option(
         DEFAULT_CPU_MULTI_WORKER, kind=CHOICE, choices=CPU_MULTI_WORKER_POLICIES,
         help="several XLA:CPU workers cannot all-reduce across processes: refuse to start (default) or run them as "

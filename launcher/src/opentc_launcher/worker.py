@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from . import exit_codes
 from .arguments import add_worker_arguments
+from .compiler_env import compiler_environment
 from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import BadEnvironmentValue
 from .failure_records import missing_library, record_error, summarize_exception
@@ -127,6 +128,14 @@ def main(argv: list[str] | None = None) -> NoReturn:
         if warning:
             log.warning("rank %d: %s", identity.rank, warning)
         program = Program(args.script, tuple(args.script_args), module=args.module)
+        # What the backend needs in this process's environment (debug mode's switches among it) that no launcher
+        # above set: opentc-run and opentc-worker on their own (train's plan set it all). Before the backend
+        # imports its runtime, which reads it.
+        own = compiler_environment(options, os.environ)
+        if own.applied and identity.rank == 0:
+            log.info("rank0: the %s environment this worker sets for itself (a launcher above set none of it): %s",
+                     backend.title, " ".join(f"{k}={v}" for k, v in sorted(own.applied.items())))
+        os.environ.update(own.applied)
         session = backend.start(options, identity, os.environ, program)
     except (LaunchRefused, BadEnvironmentValue) as e:
         refuse(str(e))

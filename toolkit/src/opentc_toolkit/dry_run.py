@@ -33,7 +33,7 @@ log = logging.getLogger("opentc_toolkit")
 RUN_FOLDER = "<run folder>"   # the run's scratch folder, a fresh temporary folder in a real run
 # JobSettings' field for a hyperparameter of the compiler's namespace, where it is not the key's last part (a worker
 # setting's is its option's name, in JobSettings.worker: compiler.WORKER_SETTINGS).
-OTHER_FIELD_NAMES = {"backend": "compiler_name", "debug_mode": "debug"}
+OTHER_FIELD_NAMES = {"backend": "compiler_name"}
 
 
 def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple[PlannedJob, LaunchSettings,

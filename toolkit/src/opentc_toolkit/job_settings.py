@@ -1,4 +1,4 @@
-"""Training Compiler settings from the job's hyperparameters, and the environment the chosen backend calls for."""
+"""Training Compiler settings from the job's hyperparameters."""
 
 from __future__ import annotations
 
@@ -39,7 +39,6 @@ from .not_started import BadInput
 from .quoted import quoted
 
 ENABLED = "sagemaker_training_compiler_enabled"
-DEBUG = "sagemaker_training_compiler_debug_mode"
 MULTI_WORKER = XLA_MULTI_WORKER
 CACHE = "sagemaker_training_compiler_cache"
 CACHE_DIR = "sagemaker_training_compiler_cache_dir"
@@ -54,6 +53,7 @@ CPU_MULTI_WORKER = WORKER_SETTINGS["cpu_multi_worker"]
 MAX_COMPILATIONS = WORKER_SETTINGS["max_compilations"]
 LIBRARY_PATCHES = WORKER_SETTINGS["library_patches"]
 DEFAULTS_OFF = WORKER_SETTINGS["defaults_off"]
+DEBUG = WORKER_SETTINGS["debug_mode"]
 
 # The launcher's words for a setting, as a SageMaker job sets it (opentc_launcher.setting_names): handed down to the
 # launcher and its workers, so their messages name the hyperparameter to change. A worker option is named by its
@@ -67,7 +67,7 @@ PHRASES = MappingProxyType({
 })
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
-COMPILER_KEYS = (ENABLED, BACKEND, DEBUG, CACHE, CACHE_DIR, *WORKER_SETTINGS.values())
+COMPILER_KEYS = (ENABLED, BACKEND, CACHE, CACHE_DIR, *WORKER_SETTINGS.values())
 
 
 def _choice(params: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:
@@ -130,7 +130,6 @@ class JobSettings:
     # The compiler the job chose (xla or inductor); it runs only when enabled: backend_name says what runs.
     compiler_name: str = field(default_factory=default_compiler)
     compiler_named: bool = False  # whether the job named it; else it is this image's default
-    debug: bool = False
     # One worker per host, or one per device and why (distributions.py).
     distribution: Distribution = Distribution.NONE
     # What asked for several workers: hyperparameters (distributions.py) or an SDK's words, for messages.
@@ -142,6 +141,11 @@ class JobSettings:
     # The worker options the job sets by hyperparameter (WORKER_SETTINGS), the others at their defaults: declared,
     # with their defaults and meaning, by the launcher (opentc_launcher.options.WorkerOptions).
     worker: WorkerOptions = field(default_factory=WorkerOptions)
+
+    @property
+    def debug(self) -> bool:
+        """Whether the job asked for debug mode (the workers get it only with the compiler on: plan.worker_options)."""
+        return self.worker.debug_mode
 
     @property
     def multi_worker(self) -> bool:
@@ -173,7 +177,6 @@ class JobSettings:
             # Unset: the image's own compiler (xla where torch-xla is installed, else inductor).
             compiler_name=_choice(params, BACKEND, COMPILER_NAMES, default_compiler()),
             compiler_named=BACKEND in params,
-            debug=_boolean(params, DEBUG, False),
             distribution=distribution.distribution,
             multi_worker_asked_by=distribution.asked_by,
             distribution_notes=distribution.notes,
@@ -212,44 +215,3 @@ class JobSettings:
             f'hyperparameter {BACKEND}="{self.compiler_name}" cannot run in this image: {missing} (this image has '
             f'torch {metadata.version("torch").split("+")[0]}). For {self.backend.title}, use {elsewhere}; here, leave '
             f'{BACKEND} unset or set it to "{here}" to compile with {backend_named(here).title}.')
-
-
-@dataclass(frozen=True)
-class EnvironmentChanges:
-    """What the compiler wants in the workers' environment, and what the user had already decided."""
-
-    applied: Mapping[str, str]
-    kept: Mapping[str, str]          # name -> the value the user set (which stays)
-    added_flags: Mapping[str, str] = field(default_factory=dict)   # name -> the flags added to the user's own list
-
-
-def compiler_environment(settings: JobSettings, *, gpu_count: int, compiler_output: str,
-                         base_env: Mapping[str, str]) -> EnvironmentChanges:
-    """The variables the workers need for the backend (opentc_launcher's backend decides which); a variable the
-    user already set is kept, never overridden, except a list of flags (the backend's flag_list_variables:
-    XLA_FLAGS), which gets the flags the user's list lacks. Debug mode's artefacts go under `compiler_output`.
-
-    The device is not one of them: the launch plan decides it (opentc_launcher.decision).
-    """
-    backend = settings.backend
-    wanted = backend.launch_environment(gpu_count=gpu_count, debug=settings.enabled and settings.debug,
-                                        debug_dir=compiler_output)
-    applied = {k: v for k, v in wanted.items() if k not in base_env}
-    added: dict[str, str] = {}
-    for name in backend.flag_list_variables & set(wanted) & set(base_env):
-        extra = missing_flags(base_env[name], wanted[name])
-        if extra:
-            added[name] = extra
-            applied[name] = f"{base_env[name].strip()} {extra}".strip()
-    kept = {k: base_env[k] for k in wanted if k in base_env and k not in applied and base_env[k] != wanted[k]}
-    return EnvironmentChanges(applied=MappingProxyType(applied), kept=MappingProxyType(kept),
-                              added_flags=MappingProxyType(added))
-
-
-def missing_flags(users: str, ours: str) -> str:
-    """Our --name[=value] items whose name the user's list does not set, space-separated ('' when none)."""
-    def name(item: str) -> str:
-        return item.split("=", 1)[0]
-
-    theirs = {name(item) for item in users.split()}
-    return " ".join(item for item in ours.split() if name(item) not in theirs)

@@ -29,6 +29,7 @@ from opentc_launcher.api import (
     LaunchRefused,
     Rendezvous,
     WorkerOptions,
+    compiler_environment,
     decide,
     number_from_env,
     run_argv,
@@ -39,7 +40,7 @@ from opentc_launcher.api import (
 
 from .aws_launcher import adapt_aws_launcher
 from .job import JobPaths, TrainingJob, read_job
-from .job_settings import JobSettings, compiler_environment
+from .job_settings import JobSettings
 from .model_trainer import adapt_model_trainer
 from .not_started import BadInput
 from .outcome import FailureSource, LauncherFailureReport, WorkerErrorFile
@@ -157,7 +158,8 @@ def plan_world(job: TrainingJob, settings: JobSettings, launch: LaunchSettings) 
 def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
     """What every worker runs with; the device and the CPU multi-worker policy decided for this world. The options
     the hyperparameters set reach the workers with the compiler off too (eager ignores what it has no use for)."""
-    requested = replace(settings.worker, backend="eager", gpu_count=job.num_gpus)
+    # Debug mode is the compiler's: with the compiler off the workers do not get it (entry.announce says so).
+    requested = replace(settings.worker, backend="eager", gpu_count=job.num_gpus, debug_mode=False)
     if settings.enabled:
         cache_dir = ""
         if settings.cache:
@@ -166,6 +168,7 @@ def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: M
                             backend=settings.compiler_name,
                             compile_report_dir=job.paths.compiler_output,
                             compile_cache_dir=cache_dir,
+                            debug_dir=job.paths.compiler_output,
                             gpu_count=job.num_gpus)
     try:
         return decide(requested, world.size, with_setting_names(env, settings), job.num_gpus)
@@ -211,8 +214,7 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
     options = worker_options(settings, job, world, base_env)
     # The workers' records, and the working copy of the cache this run opens and publishes (entry, wrap_up).
     options = with_working_copy(replace(options, summary_dir=os.path.join(scratch, WORKER_RECORDS)), scratch)
-    changes = compiler_environment(settings, gpu_count=job.num_gpus, compiler_output=job.paths.compiler_output,
-                                   base_env=base_env)
+    changes = compiler_environment(options, base_env)
     decided = job.script_env
     env = {**{k: v for k, v in base_env.items() if not is_world_variable(k)}, **decided, **changes.applied,
            **with_setting_names({}, settings)}

@@ -69,8 +69,8 @@ def wrap_up(outcome: Outcome, recorder: JobRecorder, supervisor: Supervisor, bas
     settings, job = recorder.settings, recorder.job
     try:
         if settings is not None and job is not None and recorder.plan is not None:
-            debug = settings.enabled and settings.debug
-            for follow_up in settings.backend.follow_ups(debug=debug, debug_dir=job.paths.compiler_output):
+            options = recorder.plan.options
+            for follow_up in settings.backend.follow_ups(debug=options.debug_mode, debug_dir=options.debug_dir):
                 left = deadline - time.monotonic()
                 if supervisor.stop_requested is not None or left <= 0:
                     log.warning("debug mode: %s skipped (%s)", follow_up.what,

@@ -148,7 +148,7 @@ class XlaSession(WorkerSession):
     def finish(self, exit_code: int) -> None:
         """After the script, however it ended: the compile report, and debug mode's last metrics."""
         super().finish(exit_code)
-        if os.environ.get("XLA_METRICS_FILE"):
+        if self.options.debug_mode and os.environ.get("XLA_METRICS_FILE"):
             # torch-xla appends a report to XLA_METRICS_FILE only from xm.mark_step(), not from
             # torch_xla.sync(): a last report here means debug mode always leaves one.
             import torch_xla.debug.metrics_saver as metrics_saver
