@@ -102,7 +102,8 @@ def test_a_stop_while_debug_reports_are_made_ends_the_job_as_stopped(make_job, t
     assert not job.succeeded and "Reporting training FAILURE" in output and "Reporting training SUCCESS" not in output
     summary = strict(job.output / "data" / "job-summary.json")
     assert summary["outcome"] == {"exit_code": 143, "succeeded": False, "stopped": True,
-                                  "headline": job.failure.splitlines()[0]}
+                                  "headline": job.failure.splitlines()[0], "kind": "stopped", "rank": None,
+                                  "host": None}
 
 
 def test_the_work_after_the_workers_has_a_bound(make_job, tmp_path):

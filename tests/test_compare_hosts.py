@@ -138,7 +138,17 @@ def test_a_job_failed_when_one_host_failed_with_that_hosts_exit_code(tmp_path):
     hosts = [job_folder(tmp_path / "algo-1", summary("algo-1")),
              job_folder(tmp_path / "algo-2", summary("algo-2", outcome=failed))]
     rows = table(compare(*hosts))
-    assert rows["outcome"] == ["failed (exit code 3)"]
+    assert rows["outcome"] == ["failed (exit code 3)"]          # an older summary: no kind, the flags say it
+
+
+def test_the_outcome_is_shown_by_its_code_with_its_words(tmp_path):
+    """Issue 41: a summary keeps the outcome's kind as a code; the table words it (a code it does not know, as is)."""
+    shown = []
+    for kind, code in (("not_started", 2), ("launch_failed", 3), ("toolkit_failed", 1), ("a_new_kind", 9)):
+        outcome = {"exit_code": code, "succeeded": False, "stopped": False, "headline": "...", "kind": kind}
+        shown += table(compare(job_folder(tmp_path / kind, summary("algo-1", outcome=outcome))))["outcome"]
+    assert shown == ["not started (exit code 2)", "launch failed (exit code 3)", "toolkit failed (exit code 1)",
+                     "a_new_kind (exit code 9)"]
 
 
 def test_the_trainers_rate_is_the_leaders_not_summed(tmp_path):

@@ -50,7 +50,8 @@ def test_every_job_has_a_summary_with_plausible_figures(sample_runs, name):
     summary = summary_of(job)
     assert summary["format"] == "opentc-job-summary/1" and summary["backend"] == name
     assert summary["device"] == "cpu" and summary["workers"] == 1 and summary["hosts"] == ["algo-1"]
-    assert summary["outcome"] == {"exit_code": 0, "succeeded": True, "stopped": False, "headline": None}
+    assert summary["outcome"] == {"exit_code": 0, "succeeded": True, "stopped": False, "headline": None,
+                                  "kind": "succeeded", "rank": None, "host": None}
     assert summary["optimizer_steps"] == STEPS                            # the steps the script made
     steps = summary["step_seconds"]
     warmup = 3 if WARMUP[name] else 5
@@ -119,12 +120,16 @@ def test_a_failed_job_still_has_a_summary_of_what_was_known(make_job):
     summary = summary_of(job)
     assert summary["outcome"]["succeeded"] is False and summary["outcome"]["exit_code"] == exit_codes.FAILED
     assert summary["outcome"]["headline"].startswith("Training failed: the training script ended with exit code 1")
+    # a code with the facts, not prose to match (issue 41)
+    assert (summary["outcome"]["kind"], summary["outcome"]["rank"], summary["outcome"]["host"]) == (
+        "script_failed", 0, "algo-1")
     assert summary["optimizer_steps"] == 0 and summary["backend"] == "eager" and summary["processes"]
     bad = make_job()
     (bad.config / "hyperparameters.json").write_text("[]")
     assert run_train(bad).returncode == exit_codes.BAD_INPUT
     summary = summary_of(bad)                                   # not even started: the outcome, and nothing more
     assert summary["outcome"]["headline"].startswith("Training not started:") and summary["backend"] is None
+    assert summary["outcome"]["kind"] == "not_started"
 
 
 def compare(*args, **env):

@@ -15,7 +15,7 @@ from opentc_launcher.failure_records import (
     read_error_record,
     summarize_exception,
 )
-from opentc_toolkit.outcome import LauncherFailureReport, WorkerErrorFile, judge
+from opentc_toolkit.outcome import LauncherFailureReport, OutcomeKind, WorkerErrorFile, judge
 from opentc_toolkit.supervisor import ProcessResult
 
 
@@ -36,6 +36,7 @@ def launcher_report(tmp_path, **fields):
 def test_a_run_that_ended_well_succeeds_and_reads_no_record(tmp_path):
     outcome = judge(ProcessResult(0, "noise"), WorkerErrorFile(str(tmp_path / "never-written.json")), "algo-1", 1)
     assert outcome.succeeded and outcome.message == "" and not outcome.stopped
+    assert outcome.kind is OutcomeKind.SUCCEEDED and outcome.rank is None and outcome.host is None
 
 
 def test_a_failed_worker_is_told_in_its_own_words_first(tmp_path):
@@ -43,6 +44,9 @@ def test_a_failed_worker_is_told_in_its_own_words_first(tmp_path):
     outcome = judge(ProcessResult(1, "stderr tail"), source, "algo-1", 1)
     lines = outcome.message.splitlines()
     assert outcome.exit_code == 1 and not outcome.stopped
+    # Issue 41: the outcome is facts; the text is rendered from them where it is written
+    assert (outcome.kind, outcome.rank, outcome.host) == (OutcomeKind.SCRIPT_FAILED, 0, "algo-1")
+    assert outcome.headline == lines[0] and outcome.summary == lines[1] and outcome.details.startswith("Traceback")
     assert lines[:2] == ["Training failed: the training script ended with exit code 1 on host algo-1.",
                          "ValueError: batch 7 has 3 columns"]
     assert "Traceback ..." in outcome.message
@@ -65,16 +69,20 @@ def test_with_several_workers_the_failed_rank_is_named(tmp_path):
     outcome = judge(ProcessResult(3, ""), source, "algo-2", 8)
     assert outcome.message.startswith("Training failed: the training script ended with exit code 3 on rank 5 of 8, "
                                       "host algo-2.")
+    assert (outcome.kind, outcome.rank, outcome.host) == (OutcomeKind.SCRIPT_FAILED, 5, "algo-2")
 
 
 def test_a_launch_that_failed_before_any_script_is_said_so(tmp_path):
     refused = launcher_report(tmp_path, exit_code=2, summary="--nproc-per-node 0 is not accepted", stage=LAUNCH)
     outcome = judge(ProcessResult(2, ""), refused, "algo-1", 1)
     assert outcome.message.startswith("Training not started: --nproc-per-node 0 is not accepted")
+    assert outcome.kind is OutcomeKind.NOT_STARTED
     other = launcher_report(tmp_path, exit_code=3, summary="no rendezvous with algo-1:29500", stage=LAUNCH)
     outcome = judge(ProcessResult(3, ""), other, "algo-2", 2)
     assert outcome.message.startswith("Training failed before any training script ran: the launcher ended with exit "
                                       "code 3 on host algo-2.")
+    assert (outcome.kind, outcome.rank, outcome.host, outcome.hosts_never_met) == (
+        OutcomeKind.LAUNCH_FAILED, None, "algo-2", True)
 
 
 def test_a_stop_is_a_stop_whatever_the_workers_exit_code(tmp_path):
@@ -82,7 +90,14 @@ def test_a_stop_is_a_stop_whatever_the_workers_exit_code(tmp_path):
         outcome = judge(ProcessResult(code, "", stopped_by=signal.SIGTERM, grace=30.0),
                         WorkerErrorFile(str(tmp_path / "none.json")), "algo-1", 1)
         assert outcome.stopped and outcome.message.startswith("Training stopped: SIGTERM received"), outcome
+        assert outcome.kind is OutcomeKind.STOPPED
         assert "the workers were given 30 s to finish" in outcome.message
+
+
+def test_every_outcome_kind_is_a_code_the_summary_format_knows():
+    from opentc_compare.summary import OUTCOME_KINDS
+
+    assert {kind.value for kind in OutcomeKind} == set(OUTCOME_KINDS)
 
 
 # -- summarize_exception ----------------------------------------------------------------------------------------

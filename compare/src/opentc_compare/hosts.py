@@ -103,7 +103,8 @@ def _outcome(summaries: Sequence[JobSummary]) -> Outcome:
     failed = [o for o in outcomes if o.get("exit_code") not in (0, None)]
     shown = (failed or outcomes)[0]
     return Outcome(exit_code=shown.get("exit_code"), succeeded=all(o.get("succeeded") is True for o in outcomes),
-                   stopped=any(o.get("stopped") is True for o in outcomes), headline=shown.get("headline"))
+                   stopped=any(o.get("stopped") is True for o in outcomes), headline=shown.get("headline"),
+                   kind=shown.get("kind"), rank=shown.get("rank"), host=shown.get("host"))
 
 
 def _throughput(leader: JobSummary, summaries: Sequence[JobSummary], hosts: int) -> Throughput | None:

@@ -68,11 +68,21 @@ Amount = Annotated[float, AMOUNT]
 # (SCHEMA, made from them) before the table and the plot take its types for granted. Every field may be null, and
 # missing (total=False: a newer toolkit may add fields, and an older one lack some); a loss point has both of its.
 # Annotated[..., "words"] names a value for messages; Annotated[..., KIND] narrows what a value may be.
+# Outcome.kind's codes and the words a table shows for each; a code not here (a newer toolkit's) is shown as it is.
+OUTCOME_KINDS = {"succeeded": "succeeded", "not_started": "not started", "launch_failed": "launch failed",
+                 "script_failed": "failed", "stopped": "stopped", "toolkit_failed": "toolkit failed"}
+
+
 class Outcome(TypedDict, total=False):
     exit_code: int | None
     succeeded: bool | None
     stopped: bool | None
     headline: str | None
+    # A code, not prose (older summaries lack it): succeeded, not_started, launch_failed, script_failed, stopped or
+    # toolkit_failed (opentc_toolkit.outcome.OutcomeKind); the failed worker's rank and host where known.
+    kind: str | None
+    rank: Count | None
+    host: str | None
 
 
 Versions = TypedDict("Versions", {"torch": str | None, "torch-xla": str | None, "transformers": str | None,

@@ -8,7 +8,7 @@ from typing import Any
 
 from .economics import break_even, cost, saving
 from .inputs import Job
-from .summary import JobSummary
+from .summary import OUTCOME_KINDS, JobSummary
 
 Getter = Callable[[JobSummary], Any]
 MAX_RATIO = 1e6   # a ratio to the first job is shown up to this, then as a bound
@@ -50,7 +50,9 @@ def _outcome(summary: JobSummary) -> str:
     if outcome.get("succeeded"):
         return "succeeded"
     code = outcome.get("exit_code")
-    return f"{'stopped' if outcome.get('stopped') else 'failed'} (exit code {'unknown' if code is None else code})"
+    kind = outcome.get("kind")   # older summaries have none: stopped or failed, from the flags
+    said = OUTCOME_KINDS.get(kind, kind) if kind else ("stopped" if outcome.get("stopped") else "failed")
+    return f"{said} (exit code {'unknown' if code is None else code})"
 
 
 def _workers(summary: JobSummary) -> str | None:

@@ -35,7 +35,7 @@ from .job import JobPaths, TrainingJob
 from .job_settings import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
 from .job_summary import JobRecorder, write_summary
 from .not_started import JobNotStarted, PeersUnreachable
-from .outcome import Outcome, clear_verdict, failure_message, judge, not_started, report, stop_outcome
+from .outcome import Outcome, OutcomeKind, clear_verdict, judge, not_started, report, stop_outcome
 from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, plan_job, with_setting_names
 from .source import install_requirements
@@ -119,9 +119,9 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
     except JobStopped as e:
         return stop_outcome(e.result, e.processes, e.during)
     except Exception as e:  # noqa: BLE001  (the toolkit's own fault: say so, with its traceback after the reason)
-        return Outcome(exit_codes.FAILED, failure_message(
-            f"Training failed: the toolkit failed before the training script ended: {type(e).__name__}: {e}",
-            details=traceback.format_exc()))
+        return Outcome(exit_codes.FAILED, OutcomeKind.TOOLKIT_FAILED,
+                       f"Training failed: the toolkit failed before the training script ended: {type(e).__name__}: "
+                       f"{e}", details=traceback.format_exc())
 
 
 def train(paths: JobPaths, base_env: Mapping[str, str]) -> int:

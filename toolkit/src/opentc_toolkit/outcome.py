@@ -4,6 +4,7 @@ job's FailureReason) or output/success, a log line, and an exit code."""
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
 import signal
@@ -21,16 +22,45 @@ FAILURE_REASON_CHARS = 1024
 SUMMARY_CHARS = 600
 
 
+class OutcomeKind(enum.Enum):
+    """How a job ended; the value is the code the job summary keeps (opentc_compare.summary.OUTCOME_KINDS, with
+    the words opentc-compare shows for it; tests/test_rules.py holds the two to the same codes)."""
+
+    SUCCEEDED = "succeeded"
+    NOT_STARTED = "not_started"        # bad input, requirements that did not install, hosts that never met
+    LAUNCH_FAILED = "launch_failed"    # the launcher failed before any training script ran
+    SCRIPT_FAILED = "script_failed"    # a training script ended with an error
+    STOPPED = "stopped"                # a stop (StopTrainingJob, a spot interruption, MaxRuntime, docker stop)
+    TOOLKIT_FAILED = "toolkit_failed"  # the toolkit's own fault
+
+
 @dataclass(frozen=True)
 class Outcome:
+    """How the job ended, as facts; rendered to text (`message`) only where it is written: output/failure, the log,
+    the job summary's headline."""
+
     exit_code: int
-    message: str = ""   # empty on success
-    stopped: bool = False   # a stop ended it (stop_outcome), not a failure of its own
-    hosts_never_met: bool = False   # a multi-host job whose hosts never met: no other host has a verdict to wait for
+    kind: OutcomeKind = OutcomeKind.SUCCEEDED
+    headline: str = ""      # one sentence: what happened, where
+    summary: str = ""       # the error's own words (the failed worker's, pip's, ...)
+    details: str = ""       # its traceback or the end of its stderr
+    rank: int | None = None          # the failed worker, where one failed and its rank is known
+    host: str | None = None          # the host it failed on
+    hosts_never_met: bool = False    # a multi-host job whose hosts never met: no other host has a verdict to wait for
 
     @property
     def succeeded(self) -> bool:
         return self.exit_code == exit_codes.OK
+
+    @property
+    def stopped(self) -> bool:
+        """A stop ended it (stop_outcome), not a failure of its own."""
+        return self.kind is OutcomeKind.STOPPED
+
+    @property
+    def message(self) -> str:
+        """The failure's text as output/failure starts it (empty on success)."""
+        return failure_message(self.headline, self.summary, self.details) if self.headline else ""
 
 
 def describe_exit(code: int) -> str:
@@ -69,7 +99,7 @@ def failure_message(headline: str, summary: str = "", details: str = "") -> str:
 
 
 def not_started(reason: str, exit_code: int = exit_codes.BAD_INPUT) -> Outcome:
-    return Outcome(exit_code, failure_message(f"Training not started: {reason}"))
+    return Outcome(exit_code, OutcomeKind.NOT_STARTED, f"Training not started: {reason}")
 
 
 # What usually sends each signal that stops a job.
@@ -89,9 +119,9 @@ def stop_outcome(result: ProcessResult, processes: str = "the workers", during: 
     were = "were" if processes.endswith("s") else "was"
     how = (f"{processes} ended within the grace period" if result.exit_code != exit_codes.of_signal(signal.SIGKILL)
            else f"{processes} {were} killed with SIGKILL")
-    return Outcome(exit_codes.of_signal(result.stopped_by), failure_message(
-        f"Training stopped: {name} received{' ' + during if during else ''} ({cause}); {processes} {were} given "
-        f"{result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary), stopped=True)
+    return Outcome(exit_codes.of_signal(result.stopped_by), OutcomeKind.STOPPED,
+                   f"Training stopped: {name} received{' ' + during if during else ''} ({cause}); {processes} {were} "
+                   f"given {result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary)
 
 
 def stopped_after_the_workers(signum: int, during: str, cut_short: bool = True) -> Outcome:
@@ -102,9 +132,9 @@ def stopped_after_the_workers(signum: int, during: str, cut_short: bool = True) 
     cause = STOP_CAUSES.get(signal.Signals(signum), "a signal")
     kept = ("What the script wrote is kept; what was being done then was cut short." if cut_short else
             "What the script wrote is kept, and so is what was done after it.")
-    return Outcome(exit_codes.of_signal(signum), failure_message(
-        f"Training stopped: {name} received after the training script had ended with exit code 0, {during} "
-        f"({cause}). {kept}"), stopped=True)
+    return Outcome(exit_codes.of_signal(signum), OutcomeKind.STOPPED,
+                   f"Training stopped: {name} received after the training script had ended with exit code 0, "
+                   f"{during} ({cause}). {kept}")
 
 
 # -- where the failed worker's own account is -------------------------------------------------------------
@@ -148,10 +178,10 @@ def judge(result: ProcessResult, source: FailureSource, host: str, world_size: i
     if record is not None and record.stage == LAUNCH:   # the launcher itself failed: no script ran
         if code == exit_codes.BAD_INPUT:
             return not_started(record.summary, code)
-        return Outcome(code, failure_message(
-            f"Training failed before any training script ran: the launcher ended with {describe_exit(code)} on "
-            f"host {host}.", record.summary, record.stderr_tail),
-            hosts_never_met=code == exit_codes.PEERS_UNREACHABLE)   # the rendezvous never completed
+        return Outcome(code, OutcomeKind.LAUNCH_FAILED,
+                       f"Training failed before any training script ran: the launcher ended with "
+                       f"{describe_exit(code)} on host {host}.", record.summary, record.stderr_tail, host=host,
+                       hosts_never_met=code == exit_codes.PEERS_UNREACHABLE)   # the rendezvous never completed
     where = f"on host {host}"
     if record is not None and record.rank is not None and world_size > 1:
         where = f"on rank {record.rank} of {world_size}, host {host}"
@@ -160,8 +190,10 @@ def judge(result: ProcessResult, source: FailureSource, host: str, world_size: i
     # stderr says what happened, so that goes first.
     summary = (record.summary if record else "") or last_lines(stderr)
     details = (record.traceback if record else "") or stderr
-    return Outcome(code, failure_message(
-        f"Training failed: the training script ended with {describe_exit(code)} {where}.", summary, details))
+    rank = record.rank if record is not None and record.rank is not None else (0 if world_size == 1 else None)
+    return Outcome(code, OutcomeKind.SCRIPT_FAILED,
+                   f"Training failed: the training script ended with {describe_exit(code)} {where}.", summary,
+                   details, rank=rank, host=host)
 
 
 # -- output/success and output/failure -----------------------------------------------------------------
