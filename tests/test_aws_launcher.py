@@ -155,6 +155,7 @@ def aws_era_job(make_job, **hyperparameters):
     return job
 
 
+@pytest.mark.slow
 def test_the_guides_launcher_runs_the_training_script_on_xla(make_job):
     job = aws_era_job(make_job, sagemaker_pytorch_xla_multi_worker_enabled=True, training_script=TRAIN_SCRIPT,
                       n_gpus=4, batch_size=26, learning_rate=5e-5, fp16=True, do_eval=False, worker_port=43857)

@@ -302,6 +302,7 @@ def _s3(port: int, **env):
 URI = "s3://jobs/gpt2-eager/output/output.tar.gz"
 
 
+@pytest.mark.slow
 def test_an_s3_endpoint_that_never_answers_fails_within_seconds():
     server = SilentServer()
     try:
@@ -314,6 +315,7 @@ def test_an_s3_endpoint_that_never_answers_fails_within_seconds():
     assert result.seconds < SECONDS, f"took {result.seconds:.0f} s"
 
 
+@pytest.mark.slow
 def test_an_s3_endpoint_that_drops_connections_times_out_as_the_variable_says():
     """A black hole: a listener whose queue is full and who never accepts, so that Linux drops the SYNs and connect
     never completes. OPENTC_COMPARE_S3_TIMEOUT sets how long each attempt waits."""

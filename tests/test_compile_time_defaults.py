@@ -229,6 +229,7 @@ def test_recompilations_for_other_reasons_are_not_called_per_layer():
     assert finding is not None and finding.fix.startswith("keep per-layer values (an index, a flag) out of")
 
 
+@pytest.mark.slow
 def test_regional_compilation_compiles_blocks_in_place_and_leaves_single_layers_eager():
     """torch.compile is lazy: nothing compiles here, but what would be compiled is set."""
     import torch

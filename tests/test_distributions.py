@@ -86,6 +86,7 @@ def test_model_parallel_is_refused_only_as_the_sdk_sends_it():
     assert read_distribution({}, {"mp_parameters": "mine"}).distribution is Distribution.NONE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_an_sdk_v2_torch_distributed_job_runs_a_worker_per_gpu(make_job, backend):
     """No GPU here: OPENTC_WORKERS_PER_HOST stands in for the count, as on a CPU instance."""
@@ -114,6 +115,7 @@ def test_the_notebooks_data_parallel_baselines_run_as_pytorch_ddp(distribution, 
         read_distribution({**SENT[distribution], SMDDP_MPI_OPTIONS: "-x NCCL_DEBUG=INFO"}, {})
 
 
+@pytest.mark.slow
 def test_a_data_parallel_baseline_trains_on_a_worker_per_gpu_and_says_how(make_job):
     """No GPU here: OPENTC_WORKERS_PER_HOST stands in for the count, as on a CPU instance; two workers meet in
     torch.distributed (gloo) and all-reduce."""
@@ -229,6 +231,7 @@ def test_accelerate_still_runs_ddp_when_asked_for_fsdp_on_cpus(tmp_path):
                and p["parameter_types"] == ["Parameter"] for p in probes), probes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["eager", "inductor"])
 def test_an_accelerate_script_on_several_cpu_workers_is_one_data_parallel_job(make_job, backend):
     """Without being told the CPU is its device, accelerate under torchrun on a host with no GPU sets up no process
@@ -243,6 +246,7 @@ def test_an_accelerate_script_on_several_cpu_workers_is_one_data_parallel_job(ma
                and p["compiled"] is (backend == "inductor") for p in probes), probes
 
 
+@pytest.mark.slow
 def test_an_optimizer_created_before_fully_shard_is_a_loud_finding(make_job):
     """The model-parallel guide's pitfall: AdamW made from the model's parameters before fully_shard holds
     parameters the sharded model no longer uses, so the job trains nothing. Each worker says so when its script ends,
@@ -267,6 +271,7 @@ def test_an_optimizer_created_before_fully_shard_is_a_loud_finding(make_job):
     assert trained[0] == pytest.approx(losses[0]) and trained[-1] < losses[-1]   # the same start; only this one learnt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("samples", "drop_last", "said"), [
     (11, "no", "the data set's 11 samples do not divide among the 2 ranks, so each epoch it repeats 1 of them to "
                "give every rank 6 (drop_last=False)"),

@@ -14,6 +14,7 @@ def failing_job(make_job, script, **hyperparameters):
     return make_job(script=script, **hyperparameters)
 
 
+@pytest.mark.slow
 def test_crashing_script(make_job):
     job = failing_job(make_job, "crash.py")
     result = run_train(job)
@@ -35,6 +36,7 @@ def test_missing_script(make_job):
     assert "train.py" in job.failure  # says what is there
 
 
+@pytest.mark.slow
 def test_script_killed_by_sigkill_reports_137(make_job):
     job = failing_job(make_job, "killed.py")
     result = run_train(job)
@@ -43,6 +45,7 @@ def test_script_killed_by_sigkill_reports_137(make_job):
     assert "ran out of memory" in job.failure
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [3, 137])
 def test_exit_code_of_the_script_is_trains(make_job, code):
     job = failing_job(make_job, "exit_with.py", code=code)
@@ -64,6 +67,7 @@ def test_bad_compiler_hyperparameter_starts_nothing(make_job):
     assert not (job.model / "argv.json").exists()
 
 
+@pytest.mark.slow
 def test_user_failure_file_is_not_overwritten(make_job):
     job = failing_job(make_job, "crash.py")
     job.output.mkdir(parents=True, exist_ok=True)
@@ -76,6 +80,7 @@ def test_user_failure_file_is_not_overwritten(make_job):
     assert not job.succeeded and job.failure
 
 
+@pytest.mark.slow
 def test_shell_metacharacters_arrive_as_one_argument_and_run_nothing(make_job, tmp_path):
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     hostile = f"a b; touch {marker}"

@@ -188,6 +188,7 @@ def test_a_killed_train_takes_its_workers_with_it(make_job, tmp_path):
         stop(proc)
 
 
+@pytest.mark.slow
 def test_two_single_host_launches_on_one_machine_both_succeed(tmp_path):
     """opentc-run --standalone picks a free port and a fresh rendezvous id, as torchrun's own run() does."""
     runs = []

@@ -55,6 +55,7 @@ def compiler_job(make_job, **hyperparameters):
     return make_job(script="argv_echo.py", sagemaker_training_compiler_enabled=True, **hyperparameters)
 
 
+@pytest.mark.slow
 def test_where_torch_xla_is_installed_the_compiler_is_xla_and_the_log_says_why(make_job):
     job = compiler_job(make_job, sagemaker_training_compiler_max_compilations=0)
     result = run_train(job)
@@ -63,6 +64,7 @@ def test_where_torch_xla_is_installed_the_compiler_is_xla_and_the_log_says_why(m
             "installed here (the xla image), so XLA is the default") in result.output
 
 
+@pytest.mark.slow
 def test_without_torch_xla_the_compiler_is_inductor_and_the_log_says_why(make_job, tmp_path):
     job = compiler_job(make_job)
     result = run_train(job, PYTHONPATH=no_torch_xla(tmp_path / "blocker"))

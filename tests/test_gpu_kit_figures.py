@@ -65,6 +65,7 @@ def test_a_bench_rows_mfu_is_over_the_gpus_dense_bf16_peak(gpu, tokens_per_s, wo
     assert kit.mfu(row, gpu) == expected
 
 
+@pytest.mark.slow
 def test_flops_per_token_is_six_times_the_weights_plus_attention():
     """GPT-2 small at sequence 512: 123,653,376 weights without the position embeddings (the output layer shares the
     token embeddings), so 6N = 741,920,256, plus 12 x 12 layers x 768 wide x 512 = 56,623,104 for attention."""
@@ -131,6 +132,7 @@ def python(code):
     return (sys.executable, "-c", code)
 
 
+@pytest.mark.slow
 def test_the_budget_starts_a_step_only_when_what_is_left_covers_it_and_stops_it_there(tmp_path):
     """Real processes: one that prints a bench row; one expecting more than is left (not started); one building on
     it (not started); one that outlives the budget, with a child of its own: both stopped at the budget's end."""

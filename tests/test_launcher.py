@@ -30,6 +30,7 @@ def test_commands_are_the_installed_console_scripts():
     assert worker_command("/nowhere/python") == ("/nowhere/python", "-m", "opentc_launcher.worker")
 
 
+@pytest.mark.slow
 def test_opentc_run_like_torchrun_with_plain_pytorch(tmp_path):
     result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--backend", "eager",
                   SCRIPTS / "report_env.py", "--lr", "0.1"], tmp_path)
@@ -39,6 +40,7 @@ def test_opentc_run_like_torchrun_with_plain_pytorch(tmp_path):
     assert all(r["all_reduce_sum"] == 3.0 and r["argv"] == ["--lr", "0.1"] for r in found)
 
 
+@pytest.mark.slow
 def test_opentc_run_honours_master_addr_and_port(tmp_path):
     port = str(free_port())
     result = run([BIN / "opentc-run", "--nnodes", "1", "--nproc-per-node", "2", "--backend", "eager",
@@ -72,6 +74,7 @@ def test_opentc_run_exits_with_the_failed_workers_code_and_reports_it(tmp_path):
     assert "rank 1: cannot open shard" in failure["stderr_tail"]
 
 
+@pytest.mark.slow
 def test_worker_honours_torchrun_variables_set_by_someone_else(tmp_path):
     """One process per pod, as a Kubernetes operator starts them: RANK, WORLD_SIZE, MASTER_* are given."""
     port = str(free_port())
@@ -84,6 +87,7 @@ def test_worker_honours_torchrun_variables_set_by_someone_else(tmp_path):
     assert [report(tmp_path, r)["all_reduce_sum"] for r in range(2)] == [3.0, 3.0]
 
 
+@pytest.mark.slow
 def test_xla_spawn_style_script_gets_mp_fn_called(tmp_path):
     result = run([BIN / "opentc-worker", "--device", "cpu", SCRIPTS / "mp_fn_only.py", "--a", "1"], tmp_path)
     assert result.returncode == 0, result.stdout[-4000:]
@@ -173,6 +177,7 @@ def test_the_scripts_own_arguments_are_never_read_as_launcher_options(tmp_path, 
     assert json.loads((tmp_path / "argv.json").read_text()) == script_args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["eager", "inductor"])
 def test_nothing_of_torch_is_imported_before_the_script(tmp_path, backend):
     """The eager and Inductor workers hook torch when the script imports it, never before: a script that sets
@@ -185,6 +190,7 @@ def test_nothing_of_torch_is_imported_before_the_script(tmp_path, backend):
     assert found["threads"] == 1
 
 
+@pytest.mark.slow
 def test_the_inductor_backend_runs_where_torch_xla_is_not_installed(tmp_path):
     """As on a GPU machine with a newer torch and no torch-xla: `import torch_xla` fails in every process (a
     sitecustomize stands in for the missing package), and the Inductor worker compiles and reports anyway."""
@@ -203,6 +209,7 @@ def test_the_inductor_backend_runs_where_torch_xla_is_not_installed(tmp_path):
     assert not (tmp_path / "argv.json").exists()
 
 
+@pytest.mark.slow
 def test_opentc_run_given_a_working_folder_for_the_cache_publishes_it_and_removes_its_copy(tmp_path):
     """Issue 40 I: with --compile-cache-work-dir, opentc-run took the copy for its caller's and never published it
     (while the worker logged that it would be), so the next run was cold; a failed run left its copy behind. Now
@@ -238,6 +245,7 @@ def test_a_report_that_cannot_be_made_never_fails_a_script_that_succeeded(tmp_pa
     assert not (tmp_path / "error.json").exists()
 
 
+@pytest.mark.slow
 def test_opentc_run_alone_has_debug_mode_and_gives_its_worker_the_environment_train_would(tmp_path):
     """Issue 41: debug mode is a worker option, so opentc-run alone has it; the worker sets the backend's
     environment that no launcher above set (the same function train's plan calls), before torch_xla imports."""

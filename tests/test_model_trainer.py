@@ -7,6 +7,8 @@ is made by hand, so the adapter is tested on every run without Docker.
 import json
 import shutil
 
+import pytest
+
 from conftest import SCRIPTS, Job, run_train
 from opentc_toolkit.model_trainer import read_model_trainer_source
 
@@ -35,6 +37,7 @@ def test_the_entry_script_runs_from_the_code_channel(make_job):
     assert json.loads((job.model / "argv.json").read_text()) == ["--tag", "x y"]
 
 
+@pytest.mark.slow
 def test_torchrun_with_multi_worker_starts_the_workers_it_asks_for(make_job):
     job = v3_job(make_job, "report_env.py", {"process_count_per_node": 2, "smp": None},
                  sagemaker_pytorch_xla_multi_worker_enabled=True)
@@ -45,6 +48,7 @@ def test_torchrun_with_multi_worker_starts_the_workers_it_asks_for(make_job):
     assert [r["WORLD_SIZE"] for r in reports] == ["2", "2"] and all(r["all_reduce_sum"] == 3.0 for r in reports)
 
 
+@pytest.mark.slow
 def test_torchrun_alone_starts_the_workers_through_the_launcher(make_job):
     """Torchrun() is the SDK v3's way to ask for one worker per GPU: honoured as it is, no other hyperparameter."""
     job = v3_job(make_job, "report_env.py", {"process_count_per_node": 2, "smp": None})

@@ -312,6 +312,7 @@ def cached_job(make_job, cache: Path):
                     sagemaker_training_compiler_backend="inductor", sagemaker_training_compiler_cache_dir=str(cache))
 
 
+@pytest.mark.slow
 def test_a_job_whose_cache_lock_cannot_be_opened_runs_its_script_and_says_it_does_not_publish(make_job, tmp_path):
     """Issue 40 F, through `train`: exit 1, "the toolkit failed", the script never ran."""
     cache = tmp_path / "cache"

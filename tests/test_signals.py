@@ -5,6 +5,8 @@ import json
 import signal
 import time
 
+import pytest
+
 from conftest import pid_alive, run_train, start_train, stop, wait_for
 
 
@@ -76,6 +78,7 @@ def test_sighup_from_a_closed_terminal_is_a_stop_and_the_scripts_finally_runs(ma
     assert_written_before_signal_intact(job, 1)
 
 
+@pytest.mark.slow
 def test_sigterm_reaches_every_worker_of_several(make_job, tmp_path):
     job = long_job(make_job, workers=2, on_sigterm="save")
     pids, code, waited, log = sigterm_once_started(job, tmp_path, workers=2, OPENTC_WORKERS_PER_HOST="2",
@@ -89,6 +92,7 @@ def test_sigterm_reaches_every_worker_of_several(make_job, tmp_path):
     assert_written_before_signal_intact(job, 2)
 
 
+@pytest.mark.slow
 def test_worker_ignoring_sigterm_is_killed_after_the_grace_period(make_job, tmp_path):
     job = long_job(make_job, on_sigterm="ignore")
     pids, code, waited, log = sigterm_once_started(job, tmp_path, OPENTC_TERMINATION_GRACE="3")
@@ -100,6 +104,7 @@ def test_worker_ignoring_sigterm_is_killed_after_the_grace_period(make_job, tmp_
     assert_written_before_signal_intact(job, 1)
 
 
+@pytest.mark.slow
 def test_one_worker_of_two_crashing_stops_the_other(make_job, tmp_path):
     job = long_job(make_job, workers=2, crash_rank=1)
     log = tmp_path / "train.log"

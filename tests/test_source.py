@@ -89,6 +89,7 @@ def test_local_folder(make_job, source_dir):
     assert_ran_with_dependency(job, run_train(job))
 
 
+@pytest.mark.slow
 def test_s3_tarball(make_job, source_dir, tmp_path):
     boto3 = pytest.importorskip("boto3")
     from moto.server import ThreadedMotoServer
@@ -160,6 +161,7 @@ def test_submitted_code_wins_over_files_already_in_the_code_folder(make_job, sou
         assert sorted(p.name for p in (job.root / "code").iterdir()) == ["entry.py", "helper.py"]
 
 
+@pytest.mark.slow
 def test_an_updated_tarball_reruns_the_update_in_a_job_folder_used_twice(make_job, source_dir, tmp_path):
     job = job_with_source(make_job, f"file://{tarball(source_dir, tmp_path / 'v1.tar.gz')}")
     assert_ran_with_dependency(job, run_train(job))                  # extracted into the empty code folder
