@@ -141,6 +141,19 @@ def test_a_job_failed_when_one_host_failed_with_that_hosts_exit_code(tmp_path):
     assert rows["outcome"] == ["failed (exit code 3)"]          # an older summary: no kind, the flags say it
 
 
+def test_hosts_are_summed_by_the_throughputs_code_whatever_its_words(tmp_path):
+    """Issue 41: a newer summary says where its throughput came from as a code; its words may change. An older one
+    (the helper's: words only) is read by its words, as above."""
+    def host(name, code, words):
+        rate = {"samples_per_second": 100.0, "tokens_per_second": 1000.0, "source": words, "source_code": code}
+        return job_folder(tmp_path / code / name, summary(name, throughput=rate))
+
+    batches = table(compare(host("algo-1", "batches", "the batches"), host("algo-2", "batches", "the batches")))
+    assert batches["samples/s"] == ["200.0"] and batches["throughput measured from"] == [f"{BATCHES}, all hosts"]
+    trainer = table(compare(host("algo-1", "trainer", BATCHES), host("algo-2", "trainer", BATCHES)))
+    assert trainer["samples/s"] == ["100.0"] and trainer["throughput measured from"] == [BATCHES]   # not summed
+
+
 def test_the_outcome_is_shown_by_its_code_with_its_words(tmp_path):
     """Issue 41: a summary keeps the outcome's kind as a code; the table words it (a code it does not know, as is)."""
     shown = []

@@ -102,6 +102,7 @@ def test_a_trainer_jobs_throughput_comes_from_its_batches_and_its_own_log(make_j
     assert summary["utilisation"]["why_not"] == "MFU is a GPU figure: this job ran on cpu"
     throughput = summary["throughput"]
     assert throughput["source"] == "batch shapes, steady state", throughput
+    assert throughput["source_code"] == "batches"        # what a program reads (issue 41); the words may change
     assert throughput["samples_per_second"] > 0
     assert throughput["tokens_per_second"] == pytest.approx(64 * throughput["samples_per_second"])   # 64-token blocks
     assert throughput["trainer_samples_per_second"] > 0                   # the Trainer's figure, kept beside

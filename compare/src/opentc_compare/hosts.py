@@ -22,6 +22,14 @@ from .summary import JobSummary, Outcome, Throughput
 # Trainer's train_samples_per_second, already counts every process of the job (its batch size times the world size),
 # and only the leader's workers print it.
 BATCHES = "batch shapes, steady state"
+BATCHES_CODE, BATCHES_ALL_HOSTS_CODE = "batches", "batches_all_hosts"
+
+
+def from_batches(throughput: Throughput) -> bool:
+    """Whether one host's throughput is its workers' batches: by its code, or in an older summary by its words."""
+    code = throughput.get("source_code")
+    return code == BATCHES_CODE if code is not None else throughput.get("source") == BATCHES
+
 MISSING_NAMED = 3   # a label names this many missing hosts at most, then counts the rest
 
 Key = tuple[str, tuple[str, ...]]   # (job_name, hosts)
@@ -112,17 +120,17 @@ def _throughput(leader: JobSummary, summaries: Sequence[JobSummary], hosts: int)
     job has one: a sum over some hosts is not the job's, and its ratio would read as a slowdown); else the leader's
     (the Trainer's rate counts the whole job already)."""
     throughput = leader.get("throughput")
-    if not throughput or throughput.get("source") != BATCHES:
+    if not throughput or not from_batches(throughput):
         return throughput
     rates = [s.get("throughput") or Throughput() for s in summaries]
     if len(summaries) < hosts:
         unsummed = f"only {len(summaries)} of {hosts} hosts given"
-    elif any(r.get("source") != BATCHES or r.get("samples_per_second") is None for r in rates):
+    elif any(not from_batches(r) or r.get("samples_per_second") is None for r in rates):
         unsummed = "not every host measured it"
     else:
         tokens = [t for r in rates if (t := r.get("tokens_per_second")) is not None]
         return {**throughput, "samples_per_second": sum(r.get("samples_per_second") or 0.0 for r in rates),
                 "tokens_per_second": sum(tokens) if len(tokens) == len(rates) else None,
-                "source": f"{BATCHES}, all hosts"}
+                "source": f"{BATCHES}, all hosts", "source_code": BATCHES_ALL_HOSTS_CODE}
     return {**throughput, "samples_per_second": None, "tokens_per_second": None,
             "source": f"{BATCHES}: not summed, {unsummed}"}

@@ -100,7 +100,11 @@ class StepSeconds(TypedDict, total=False):
 class Throughput(TypedDict, total=False):
     samples_per_second: Amount | None
     tokens_per_second: Amount | None
-    source: str | None
+    source: str | None          # in words, for a reader; may be reworded
+    # The same as a code, which is what a program reads (older summaries lack it: their `source` words are read):
+    # "batches" (this host's workers' DataLoader batches, summed over them), "batches_all_hosts" (summed over every
+    # host by opentc-compare), "trainer" (the Trainer's own rate, the whole job's)
+    source_code: str | None
     trainer_samples_per_second: Amount | None
     trainer_tokens_per_second: Amount | None
 

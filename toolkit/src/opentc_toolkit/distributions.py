@@ -73,9 +73,19 @@ class Distribution(Enum):
     Torchrun) or as PyTorch/XLA's multi-worker launch (pytorchxla, an AWS-era sm_dist launcher). Both of the latter
     launch the same way, through opentc-run; the name says what the job asked for."""
 
-    NONE = "one worker"
-    DATA_PARALLEL = "data-parallel workers, one per device"
-    XLA_MULTI_WORKER = "PyTorch/XLA's multi-worker launch, one worker per device"
+    NONE = "none"
+    DATA_PARALLEL = "data_parallel"
+    XLA_MULTI_WORKER = "xla_multi_worker"
+
+    @property
+    def label(self) -> str:
+        """In words, for the log and the dry run (the value is a code: words may change, codes stay)."""
+        return _LABELS[self]
+
+
+_LABELS = {Distribution.NONE: "one worker",
+           Distribution.DATA_PARALLEL: "data-parallel workers, one per device",
+           Distribution.XLA_MULTI_WORKER: "PyTorch/XLA's multi-worker launch, one worker per device"}
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
         source = "from the job" if key in given else "default"
         lines.append(f"  {key} = {as_written(value)} ({source})")
     asked = " and ".join(settings.multi_worker_asked_by)
-    lines.append(f"  distribution: {settings.distribution.value}" + (f", asked by {asked}" if asked else ""))
+    lines.append(f"  distribution: {settings.distribution.label}" + (f", asked by {asked}" if asked else ""))
     lines += ["", "launch settings (variables):"]
     for field, variable in LAUNCH_VARIABLES.items():
         source = "from the container" if variable in base_env else "default"

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import cast
 
-from opentc_compare.hosts import BATCHES
+from opentc_compare.hosts import BATCHES, BATCHES_CODE, from_batches
 from opentc_compare.summary import (
     FILE_NAME,
     FORMAT,
@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 # (BATCHES, the words opentc-compare sums hosts by), else the Trainer's own train_samples_per_second, over its whole
 # run (compilation included).
 TRAINER_RATE = "the Trainer's train_samples_per_second, whole run"
+TRAINER_CODE = "trainer"
 
 
 @dataclass
@@ -68,18 +69,18 @@ class JobRecorder:
 def _throughput(records: list[WorkerRecord], trainer: dict[str, float]) -> Throughput:
     rates = [rate for r in records if (rate := r.get("throughput"))]
     trainer_samples = trainer.get("train_samples_per_second")
-    result = Throughput(samples_per_second=None, tokens_per_second=None, source=None,
+    result = Throughput(samples_per_second=None, tokens_per_second=None, source=None, source_code=None,
                         trainer_samples_per_second=trainer_samples,
                         trainer_tokens_per_second=trainer.get("train_tokens_per_second"))
     if rates:   # data parallel: the host's workers together
         tokens = [t for r in rates if (t := r.get("tokens_per_second"))]
         result["samples_per_second"] = sum(r["samples_per_second"] for r in rates)
         result["tokens_per_second"] = sum(tokens) if tokens else None
-        result["source"] = BATCHES
+        result["source"], result["source_code"] = BATCHES, BATCHES_CODE
     elif trainer_samples is not None:
         result["samples_per_second"] = trainer_samples
         result["tokens_per_second"] = trainer.get("train_tokens_per_second")
-        result["source"] = TRAINER_RATE
+        result["source"], result["source_code"] = TRAINER_RATE, TRAINER_CODE
     return result
 
 
@@ -87,7 +88,7 @@ def _utilisation(first: WorkerRecord | None, device: str | None, gpu: str | None
                  workers_on_this_host: int | None) -> Utilisation:
     """MFU from rank 0's model and this host's throughput, measured from the batches only: the Trainer's own rate
     includes compilation."""
-    measured = throughput.get("source") == BATCHES
+    measured = from_batches(throughput)
     return cast(Utilisation, job_utilisation(
         first.get("model") if first else None, device, gpu,
         throughput.get("tokens_per_second") if measured else None,

@@ -49,6 +49,8 @@ from .sharding import check_sharding
 from .source import code_folder, entry_point_path, fetch_code
 from .supervisor import Command
 
+log = logging.getLogger("opentc_toolkit")
+
 DEFAULT_PEER_TIMEOUT = 300.0
 DEFAULT_GRACE = 90.0
 DEFAULT_FINISH_TIMEOUT = 300.0   # debug mode's reports and the cache's publication, after the workers
@@ -247,9 +249,6 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
         replaced_variables=MappingProxyType(replaced),
         added_flags=changes.added_flags,
     )
-
-
-log = logging.getLogger("opentc_toolkit")
 
 
 @dataclass(frozen=True)
