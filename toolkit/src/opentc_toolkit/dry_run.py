@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from typing import IO
 
 from .job import JobPaths
-from .job_settings import COMPILER_KEYS, COMPILER_PREFIX, WORKER_SETTINGS
 from .not_started import JobNotStarted
 from .plan import LAUNCH_VARIABLES, LaunchSettings, PlannedJob, plan_job
 from .source import check_requirements, requirements_path
@@ -33,7 +32,6 @@ log = logging.getLogger("opentc_toolkit")
 RUN_FOLDER = "<run folder>"   # the run's scratch folder, a fresh temporary folder in a real run
 # JobSettings' field for a hyperparameter of the compiler's namespace, where it is not the key's last part (a worker
 # setting's is its option's name, in JobSettings.worker: compiler.WORKER_SETTINGS).
-OTHER_FIELD_NAMES = {"backend": "compiler_name"}
 
 
 def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple[PlannedJob, LaunchSettings,
@@ -87,10 +85,7 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
              f"job: {job.job_name or '(no name)'}, host {job.current_host} of {', '.join(job.hosts)}, "
              f"{job.num_gpus} GPU(s), script {job.entry_point}", f"machine: {job.machine.describe()}", "",
              "settings (hyperparameters):"]
-    for key in COMPILER_KEYS:
-        name = key.removeprefix(COMPILER_PREFIX)
-        value = (getattr(settings.worker, name) if key in WORKER_SETTINGS.values() else
-                 getattr(settings, OTHER_FIELD_NAMES.get(name, name)))
+    for key, value in settings.values().items():
         source = "from the job" if key in given else "default"
         lines.append(f"  {key} = {as_written(value)} ({source})")
     asked = " and ".join(settings.multi_worker_asked_by)

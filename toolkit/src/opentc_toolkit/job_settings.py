@@ -20,7 +20,6 @@ from opentc_launcher.api import (
     WHOLE,
     XLA_IMAGE_VARIABLE,
     CompilerBackend,
-    Declared,
     WorkerOptions,
     backend_named,
     debug_logs,
@@ -38,12 +37,54 @@ from .flags import boolean as _boolean
 from .not_started import BadInput
 from .quoted import quoted
 
-ENABLED = "sagemaker_training_compiler_enabled"
 MULTI_WORKER = XLA_MULTI_WORKER
-CACHE = "sagemaker_training_compiler_cache"
-CACHE_DIR = "sagemaker_training_compiler_cache_dir"
-BACKEND = "sagemaker_training_compiler_backend"
 COMPILER_PREFIX = "sagemaker_training_compiler_"
+FOLDER = "folder"   # a hyperparameter's kind beside the worker options' (opentc_launcher.options): an absolute folder
+
+
+@dataclass(frozen=True)
+class JobSetting:
+    """A setting of the job's own, not a worker option (those are WorkerOptions' fields, declared in the launcher),
+    declared once: its hyperparameter (the prefix and `name`), the JobSettings attribute it fills, how its value is
+    parsed (`kind`: FLAG, CHOICE of `choices`, FOLDER), and its row in the docs' table (settings_table): the default
+    column as written, and what it does."""
+
+    name: str
+    attribute: str
+    kind: str
+    default_cell: str
+    doc: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return COMPILER_PREFIX + self.name
+
+
+JOB_SETTINGS = (
+    JobSetting("enabled", "enabled", FLAG,
+               '`false`',
+               '`true`: the compiler that `sagemaker_training_compiler_backend` names. `false`: plain PyTorch with '
+               '`USE_TORCH_XLA=0`, so transformers and accelerate do not take the XLA device, and torch_xla is '
+               'never imported'),
+    JobSetting("backend", "compiler_name", CHOICE,
+               'the image\'s own: `"xla"` where torch-xla is installed, else `"inductor"`',
+               '`"xla"`: PyTorch/XLA (`PJRT_DEVICE=CUDA` with GPUs, `CPU` without; `USE_TORCH_XLA=1`), as AWS\'s '
+               'Training Compiler. `"inductor"`: torch.compile with TorchInductor (plain PyTorch processes, '
+               '`USE_TORCH_XLA=0`, `ACCELERATE_DYNAMO_BACKEND=inductor`; see [Choosing the '
+               'compiler](compilers.md#choosing-the-compiler-xla-or-inductor)). Anything else stops the job (exit '
+               'code 2, naming both), and so does a compiler the image does not have (naming the image that has '
+               'it)', choices=COMPILER_NAMES),
+    JobSetting("cache", "cache", FLAG,
+               '`true`',
+               'persistent compilation cache (see [Diagnostics and the compilation '
+               'cache](diagnostics-and-cache.md))'),
+    JobSetting("cache_dir", "cache_dir", FOLDER,
+               '`/opt/ml/checkpoints/compile-cache`',
+               'where the cache lives: a folder per compiler, version and device below it'),
+)
+_JOB_KEYS = {setting.name: setting.key for setting in JOB_SETTINGS}
+ENABLED, BACKEND, CACHE, CACHE_DIR = (_JOB_KEYS[name] for name in ("enabled", "backend", "cache", "cache_dir"))
 # The worker options a job sets by hyperparameter, each declared once with the launcher's option
 # (opentc_launcher.options.WorkerOptions, with a `setting`): its key is the prefix and the option's name; its default,
 # parsing and row in the docs' table (settings_table) are the declaration's; JobSettings.worker holds its value.
@@ -67,7 +108,7 @@ PHRASES = MappingProxyType({
 })
 
 # Every key in the compiler's namespace: another one there is most likely a typo.
-COMPILER_KEYS = (ENABLED, BACKEND, CACHE, CACHE_DIR, *WORKER_SETTINGS.values())
+COMPILER_KEYS = (*_JOB_KEYS.values(), *WORKER_SETTINGS.values())
 
 
 def _choice(params: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:
@@ -102,17 +143,20 @@ def _names(params: Mapping[str, Any], key: str) -> str:
     return ",".join(off_names(value))
 
 
-def _worker_setting(params: Mapping[str, Any], key: str, declared: Declared, default: Any) -> Any:
-    """A worker option's hyperparameter, parsed as its declaration says; refused (BadInput) with what is accepted."""
-    if declared.kind == CHOICE:
-        return _choice(params, key, declared.choices, default)
-    if declared.kind == FLAG:
+def _parsed(params: Mapping[str, Any], key: str, kind: str, choices: tuple[str, ...], default: Any) -> Any:
+    """A hyperparameter, parsed as its declaration's kind says (one parser per kind, for the job's settings and the
+    worker options alike); refused (BadInput) with what is accepted."""
+    if kind == CHOICE:
+        return _choice(params, key, choices, default)
+    if kind == FLAG:
         return _boolean(params, key, default)
-    if declared.kind == WHOLE:
+    if kind == WHOLE:
         return _whole_number(params, key, default)
-    if declared.kind == NAMES:
+    if kind == NAMES:
         return _names(params, key)
-    raise TypeError(f"worker option {key} is declared {declared.kind!r}: no hyperparameter parsing for that kind")
+    if kind == FOLDER:
+        return _folder(params, key)
+    raise TypeError(f"hyperparameter {key} is declared {kind!r}: no hyperparameter parsing for that kind")
 
 
 def _folder(params: Mapping[str, Any], key: str) -> str:
@@ -172,19 +216,22 @@ class JobSettings:
         if unknown:
             raise BadInput(f"unknown hyperparameter {unknown[0]}: the Training Compiler accepts "
                                  + ", ".join(COMPILER_KEYS) + ".")
+        defaults = cls()   # the backend's default: the image's own compiler (xla where torch-xla is installed)
         return cls(
-            enabled=_boolean(params, ENABLED, False),
-            # Unset: the image's own compiler (xla where torch-xla is installed, else inductor).
-            compiler_name=_choice(params, BACKEND, COMPILER_NAMES, default_compiler()),
+            **{s.attribute: _parsed(params, s.key, s.kind, s.choices, getattr(defaults, s.attribute))
+               for s in JOB_SETTINGS},
             compiler_named=BACKEND in params,
             distribution=distribution.distribution,
             multi_worker_asked_by=distribution.asked_by,
             distribution_notes=distribution.notes,
-            cache=_boolean(params, CACHE, True),
-            cache_dir=_folder(params, CACHE_DIR),
-            worker=WorkerOptions(**{name: _worker_setting(params, WORKER_SETTINGS[name], declared, default)
-                                    for name, declared, default in _WORKER_OPTIONS}),
+            worker=WorkerOptions(**{name: _parsed(params, WORKER_SETTINGS[name], declared.kind, declared.choices,
+                                                  default) for name, declared, default in _WORKER_OPTIONS}),
         )
+
+    def values(self) -> dict[str, Any]:
+        """Each hyperparameter's value in these settings, by its key, in COMPILER_KEYS' order (the dry run's)."""
+        return {**{s.key: getattr(self, s.attribute) for s in JOB_SETTINGS},
+                **{key: getattr(self.worker, name) for name, key in WORKER_SETTINGS.items()}}
 
 
     def setting_names(self) -> dict[str, dict[str, str]]:

@@ -1,5 +1,6 @@
-"""The rows of docs/hyperparameters-and-variables.md for the worker settings, made from their declaration
-(opentc_launcher.options: each option with a `setting`), so that a setting is declared once and the page follows.
+"""The rows of docs/hyperparameters-and-variables.md for the Training Compiler's settings, made from their declarations
+(job_settings.JOB_SETTINGS for the job's own; opentc_launcher.options for the worker options with a `setting`), so
+that a setting is declared once and the page follows.
 
     python -m opentc_toolkit.settings_table docs/hyperparameters-and-variables.md   # rewrites those rows in place
 
@@ -14,13 +15,14 @@ import sys
 
 from opentc_launcher.api import DEFAULT_NAMES, settable_options
 
-from .job_settings import WORKER_SETTINGS
+from .job_settings import COMPILER_KEYS, JOB_SETTINGS, WORKER_SETTINGS
 
 
 def worker_setting_rows() -> list[str]:
-    """One table row per worker setting, in the order WorkerOptions declares them."""
+    """One table row per setting: the job's own (JOB_SETTINGS), then the worker settings in the order WorkerOptions
+    declares them."""
     defaults = ", ".join(f"`{name}`" for name in DEFAULT_NAMES)
-    rows = []
+    rows = [f"| `{s.key}` | {s.default_cell} | {s.doc} |" for s in JOB_SETTINGS]
     for name, declared, default in settable_options():
         setting = declared.setting
         assert setting is not None   # settable_options' promise
@@ -33,7 +35,7 @@ def worker_setting_rows() -> list[str]:
 def with_worker_setting_rows(page: str) -> str:
     """`page` with its worker settings' rows replaced by worker_setting_rows(), where the first of them was (at the end
     of the page's first table when it has none)."""
-    keys = set(WORKER_SETTINGS.values())
+    keys = set(COMPILER_KEYS)
     lines = page.splitlines()
     ours = [i for i, line in enumerate(lines) if (m := re.match(r"\| `([a-z_]+)` \|", line)) and m.group(1) in keys]
     if ours:
