@@ -158,7 +158,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
         format=FORMAT,
         job_name=(job.job_name if job else None) or os.path.basename(os.path.normpath(paths.base)),
         outcome=JobOutcome(exit_code=outcome.exit_code, succeeded=outcome.succeeded, stopped=outcome.stopped,
-                           headline=outcome.headline.split("\n", 1)[0] or None, kind=outcome.kind.value,
+                           headline=outcome.message.split("\n", 1)[0] or None, kind=outcome.kind.value,
                            rank=outcome.rank, host=outcome.host),
         backend=settings.backend_name if settings else None,
         device=device,
