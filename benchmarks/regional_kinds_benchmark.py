@@ -15,38 +15,16 @@ and the final loss.
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import os
 import re
 import statistics
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-from compiler_benchmark import publish, table
-from regional_steps_benchmark import SETTINGS, STACKS, run_one
+from compiler_benchmark import table
+from regional_steps_benchmark import run_benchmark
 
-HERE = Path(__file__).resolve().parent
 NAMES = {"t5-2": "T5, 2+2 layers (64 wide)", "t5-6": "T5, 6+6 layers (64 wide)",
          "llama-2": "Llama, 2 layers (64 wide)"}
 # Before blocks of a few kinds counted, the `regional` default compiled a T5 whole: its blocks differ in shape.
 BEFORE = {"t5-2": "whole", "t5-6": "whole", "llama-2": "regional"}
-
-
-def measure(stacks: list[str], configs: list[str], rounds: int, steps: int) -> list[dict]:
-    rows = []
-    for config in configs:
-        for stack in stacks:
-            runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
-            for r in range(rounds):
-                order = list(SETTINGS) if r % 2 == 0 else list(reversed(SETTINGS))
-                for setting in order:
-                    print(f"{config}, torch {stack}, round {r + 1}: {setting} ...", file=sys.stderr, flush=True)
-                    runs[setting].append(run_one(stack, config, setting, steps))
-            rows += [{"config": config, "stack": stack, "setting": s, "runs": results} for s, results in runs.items()]
-    return rows
 
 
 def kinds(run: dict) -> str:
@@ -89,29 +67,7 @@ def render(results: dict) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--stacks", default="2.7,2.14")
-    p.add_argument("--configs", default="t5-2,t5-6,llama-2")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--json", default=str(HERE / "results" / "regional_kinds.json"))
-    args = p.parse_args()
-    stacks = [s for s in args.stacks.split(",") if s and (STACKS.get(s, Path("/nonexistent")) / "bin").exists()]
-    if not stacks:
-        p.error("no stack to measure (dev/setup makes .venv, dev/setup inductor .venv-inductor)")
-    import platform
-
-    versions = [subprocess.run([str(STACKS[s] / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
-                               stdout=subprocess.PIPE, text=True, check=True).stdout.strip() for s in stacks]
-    started = time.time()
-    results = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-               "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch " + ", ".join(versions),
-               "command": " ".join([Path(sys.executable).name, *sys.argv]), "steps": args.steps,
-               "rounds": args.rounds}
-    results["rows"] = measure(stacks, [c for c in args.configs.split(",") if c], args.rounds, args.steps)
-    results["seconds"] = round(time.time() - started, 1)
-    publish(results, render(results), args.json)
-
+    run_benchmark(__doc__.splitlines()[0], "t5-2,t5-6,llama-2", 2, 10, "regional_kinds.json", render)
 
 if __name__ == "__main__":
     main()

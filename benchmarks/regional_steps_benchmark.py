@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from compiler_benchmark import publish, table
@@ -89,13 +90,15 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_benchmark(description: str, configs: str, rounds: int, steps: int, json_name: str,
+                  render_results: Callable[[dict], str]) -> None:
+    """The command line both regional benchmarks share: their defaults differ, the measuring and publishing do not."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--stacks", default="2.7,2.14")
-    p.add_argument("--configs", default="gpt2-12,tiny")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--json", default=str(HERE / "results" / "regional_steps.json"))
+    p.add_argument("--configs", default=configs)
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--json", default=str(HERE / "results" / json_name))
     args = p.parse_args()
     stacks = [s for s in args.stacks.split(",") if s and (STACKS.get(s, Path("/nonexistent")) / "bin").exists()]
     if not stacks:
@@ -111,8 +114,11 @@ def main() -> None:
                "rounds": args.rounds}
     results["rows"] = measure(stacks, [c for c in args.configs.split(",") if c], args.rounds, args.steps)
     results["seconds"] = round(time.time() - started, 1)
-    publish(results, render(results), args.json)
+    publish(results, render_results(results), args.json)
 
+
+def main() -> None:
+    run_benchmark(__doc__.splitlines()[0], "gpt2-12,tiny", 3, 30, "regional_steps.json", render)
 
 if __name__ == "__main__":
     main()
