@@ -1,6 +1,7 @@
 """The benchmark stays runnable: one real eager measurement through its worker, and its tables from the
 committed results (the full benchmark is too long for the suite: benchmarks/RESULTS.md)."""
 
+import importlib
 import json
 import subprocess
 import sys
@@ -10,7 +11,6 @@ import pytest
 from conftest import REPO, clean_env
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-import compiler_benchmark
 
 pytestmark = [pytest.mark.slow]
 
@@ -24,64 +24,16 @@ def test_worker_measures_one_configuration():
     assert result["device"] == "cpu" and result["median_step_s"] > 0 and result["tokens_per_s"] > 0
 
 
-def test_committed_results_render_as_the_results_file_shows():
-    results = json.loads((REPO / "benchmarks" / "results" / "latest.json").read_text())
-    table = compiler_benchmark.render(results)
-    assert table == results["table"]
-    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
-
-
-def test_committed_trainer_results_render_as_the_results_file_shows():
-    import trainer_benchmark
-
-    results = json.loads((REPO / "benchmarks" / "results" / "trainer.json").read_text())
-    table = trainer_benchmark.render(results)
-    assert table == results["table"]
-    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
-
-
-def test_committed_job_results_render_as_the_results_file_shows():
-    import job_benchmark
-
-    results = json.loads((REPO / "benchmarks" / "results" / "jobs-cache.json").read_text())
-    table = job_benchmark.render(results)
-    assert table == results["table"]
-    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
-
-
-def test_committed_torch_version_results_render_as_the_results_file_shows():
-    import torch_versions_benchmark
-
-    results = json.loads((REPO / "benchmarks" / "results" / "torch-versions.json").read_text())
-    table = torch_versions_benchmark.render(results)
-    assert table == results["table"]
-    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
-
-
-@pytest.mark.parametrize("name", ["startup.json", "startup-plain-regional.json"])
-def test_committed_startup_results_render_as_the_results_file_shows(name):
-    import startup_benchmark
-
+@pytest.mark.parametrize(("module", "name"), [
+    ("compiler_benchmark", "latest.json"), ("trainer_benchmark", "trainer.json"), ("job_benchmark", "jobs-cache.json"),
+    ("torch_versions_benchmark", "torch-versions.json"), ("startup_benchmark", "startup.json"),
+    ("startup_benchmark", "startup-plain-regional.json"), ("regional_steps_benchmark", "regional_steps.json"),
+    ("regional_kinds_benchmark", "regional_kinds.json"),
+])
+def test_committed_results_render_as_the_results_file_shows(module, name):
+    """Each benchmark's committed results, rendered by its own code, are the table it saved and RESULTS.md shows."""
     results = json.loads((REPO / "benchmarks" / "results" / name).read_text())
-    table = startup_benchmark.render(results)
-    assert table == results["table"]
-    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
-
-
-def test_committed_regional_step_results_render_as_the_results_file_shows():
-    import regional_steps_benchmark
-
-    results = json.loads((REPO / "benchmarks" / "results" / "regional_steps.json").read_text())
-    table = regional_steps_benchmark.render(results)
-    assert table == results["table"]
-    assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
-
-
-def test_committed_regional_kinds_results_render_as_the_results_file_shows():
-    import regional_kinds_benchmark
-
-    results = json.loads((REPO / "benchmarks" / "results" / "regional_kinds.json").read_text())
-    table = regional_kinds_benchmark.render(results)
+    table = importlib.import_module(module).render(results)
     assert table == results["table"]
     assert table in (REPO / "benchmarks" / "RESULTS.md").read_text()
 
