@@ -41,6 +41,22 @@ def assert_same_losses(eager, compiled):
         assert c == pytest.approx(e, rel=RELATIVE_TOLERANCE), (eager, compiled)
 
 
+def trainer_beside_eager(make_job, script, cache, **common):
+    """A Trainer script trained with the compiler off, then on Inductor with the same hyperparameters: the compiled job
+    and its result, once it has eager's losses and ran on the CPU with torch_xla untouched."""
+    eager = inductor_job(make_job, script, compiler=False, **common)
+    eager.set_hyperparameters(output_dir=str(eager.model))
+    assert run_train(eager).returncode == 0
+    job = inductor_job(make_job, script, cache=cache, **common)
+    job.set_hyperparameters(output_dir=str(job.model))
+    result = run_train(job)
+    assert result.returncode == 0, result.output[-5000:]
+    metrics = job.read_json("output/data/trainer_metrics.json")
+    assert metrics["torch_xla_imported"] is False and metrics["device"] == "cpu", metrics
+    assert_same_losses(eager.read_json("output/data/trainer_metrics.json")["losses"], metrics["losses"])
+    return job, result
+
+
 def test_a_plain_script_compiles_what_it_passes_to_torch_compile(make_job, shared_cache):
     """The sample (a plain PyTorch loop that calls torch.compile) on Inductor: compiled, torch_xla never imported,
     the same loss curve as eager."""
@@ -87,16 +103,7 @@ def test_the_trainer_compiles_with_no_script_change(make_job, shared_cache):
     common = {"max_steps": 8, "per_device_train_batch_size": 4, "learning_rate": 0.003, "logging_steps": 2,
               "save_strategy": "no", "report_to": "none", "optim": "adamw_torch", "dataloader_drop_last": True,
               "block_size": 64, "seed": 0, "config_overrides": "n_layer=3"}
-    eager = inductor_job(make_job, "run_clm_tiny.py", compiler=False, **common)
-    eager.set_hyperparameters(output_dir=str(eager.model))
-    assert run_train(eager).returncode == 0
-    job = inductor_job(make_job, "run_clm_tiny.py", cache=shared_cache, **common)
-    job.set_hyperparameters(output_dir=str(job.model))
-    result = run_train(job)
-    assert result.returncode == 0, result.output[-5000:]
-    metrics = job.read_json("output/data/trainer_metrics.json")
-    assert metrics["torch_xla_imported"] is False and metrics["device"] == "cpu", metrics
-    assert_same_losses(eager.read_json("output/data/trainer_metrics.json")["losses"], metrics["losses"])
+    job, result = trainer_beside_eager(make_job, "run_clm_tiny.py", shared_cache, **common)
     assert (job.model / "model.safetensors").exists()
     report = job.compile_report()
     assert report["graphs_captured"] == 1 and report["compilations"] >= 1, report   # one graph for 3 blocks
@@ -191,16 +198,7 @@ def test_the_trainer_compiles_a_t5_one_graph_per_kind_of_block(make_job, shared_
     eager does."""
     common = {"max_steps": 6, "per_device_train_batch_size": 4, "learning_rate": 0.003, "logging_steps": 2,
               "save_strategy": "no", "report_to": "none", "optim": "adamw_torch", "seed": 0}
-    eager = inductor_job(make_job, "compile/t5_trainer.py", compiler=False, **common)
-    eager.set_hyperparameters(output_dir=str(eager.model))
-    assert run_train(eager).returncode == 0
-    job = inductor_job(make_job, "compile/t5_trainer.py", cache=shared_cache, **common)
-    job.set_hyperparameters(output_dir=str(job.model))
-    result = run_train(job)
-    assert result.returncode == 0, result.output[-5000:]
-    metrics = job.read_json("output/data/trainer_metrics.json")
-    assert metrics["device"] == "cpu" and metrics["torch_xla_imported"] is False, metrics
-    assert_same_losses(eager.read_json("output/data/trainer_metrics.json")["losses"], metrics["losses"])
+    job, result = trainer_beside_eager(make_job, "compile/t5_trainer.py", shared_cache, **common)
     assert f"regional compilation: 6 repeated blocks compiled in place, {T5_SHARING}" in result.output
     assert t5_graphs_checked(job, result)["optimizer_steps"] == 6
 
