@@ -226,3 +226,22 @@ def test_the_host_record_is_what_the_driver_says_of_the_gpus_this_process_sees(n
     assert "1 x GPU (name unknown) (81559 MiB)" in unnamed["line"]
     none = probed(driver_env(nvml, 0, STUB_NVML_BROKEN="1"))
     assert (none["gpus"], none["gpu_name"], none["bf16"]) == (0, None, None) and "no GPU" in none["line"]
+
+
+SPARSE_STUB = r"""
+int nvmlInit_v2(void) { return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *count) { *count = 1; return 0; }
+"""
+
+
+def test_a_driver_library_without_the_device_functions_leaves_the_gpu_unknown(tmp_path):
+    """A driver's NVML that exports only what counting needs (older drivers lack some functions; the image test's
+    stand-in driver exports four) gives a host record with the figures unknown, never an error that stops the job."""
+    (tmp_path / "stub.c").write_text(SPARSE_STUB)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o",
+                    str(tmp_path / "libnvidia-ml.so.1"), str(tmp_path / "stub.c")], check=True)
+    sparse = probed(driver_env(tmp_path, 1))
+    assert (sparse["gpus"], sparse["gpu_name"], sparse["gpu_memory_mib"], sparse["driver"]) == (1, None, None, None)
+    assert "1 x GPU (name unknown)" in sparse["line"]
+    by_uuid = probed(driver_env(tmp_path, 1, CUDA_VISIBLE_DEVICES="GPU-0000"))   # no UUIDs to match: none seen
+    assert by_uuid["gpus"] == 0

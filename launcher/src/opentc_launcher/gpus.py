@@ -24,14 +24,24 @@ _UUID_BYTES = 96
 def _nvml() -> ctypes.CDLL | None:
     try:
         nvml = ctypes.CDLL(NVML_LIBRARY)
-        return nvml if nvml.nvmlInit_v2() == 0 else None
-    except (OSError, AttributeError):   # no driver, or a library without NVML's functions
+    except OSError:   # no driver
         return None
+    return nvml if _answers(nvml, "nvmlInit_v2") else None
+
+
+def _answers(nvml: ctypes.CDLL, function: str, *args: object) -> bool:
+    """Whether NVML has `function` and it answered. Every call goes through here: drivers differ in what their
+    library exports (older ones lack the _v2 names, stand-ins export a few), and a question the driver cannot
+    answer leaves a figure unknown rather than failing the job."""
+    try:
+        return bool(getattr(nvml, function)(*args) == 0)
+    except AttributeError:
+        return False
 
 
 def _device_count(nvml: ctypes.CDLL) -> int:
     count = ctypes.c_uint(0)
-    return count.value if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else 0
+    return count.value if _answers(nvml, "nvmlDeviceGetCount_v2", ctypes.byref(count)) else 0
 
 
 def _uuids(nvml: ctypes.CDLL) -> list[str]:
@@ -39,8 +49,8 @@ def _uuids(nvml: ctypes.CDLL) -> list[str]:
     for index in range(_device_count(nvml)):
         handle = ctypes.c_void_p()
         buffer = ctypes.create_string_buffer(_UUID_BYTES)
-        if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0 or \
-                nvml.nvmlDeviceGetUUID(handle, buffer, _UUID_BYTES) != 0:
+        if not _answers(nvml, "nvmlDeviceGetHandleByIndex_v2", index, ctypes.byref(handle)) or \
+                not _answers(nvml, "nvmlDeviceGetUUID", handle, buffer, _UUID_BYTES):
             return found
         found.append(buffer.value.decode("ascii", "replace"))
     return found
@@ -115,7 +125,7 @@ def gpu_model() -> GpuModel | None:
     if nvml is None or _device_count(nvml) == 0:
         return None
     handle = ctypes.c_void_p()
-    if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
+    if not _answers(nvml, "nvmlDeviceGetHandleByIndex_v2", 0, ctypes.byref(handle)):
         return None
     buffer = ctypes.create_string_buffer(_UUID_BYTES)
     named = _answers(nvml, "nvmlDeviceGetName", handle, buffer, _UUID_BYTES)
@@ -127,10 +137,3 @@ def gpu_model() -> GpuModel | None:
         nvml, "nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor)) else None
     return GpuModel(name or None, mib, capability)
 
-
-def _answers(nvml: ctypes.CDLL, function: str, *args: object) -> bool:
-    """Whether NVML has `function` (older drivers lack some) and it answered."""
-    try:
-        return bool(getattr(nvml, function)(*args) == 0)
-    except AttributeError:
-        return False

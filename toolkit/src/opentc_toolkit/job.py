@@ -229,15 +229,15 @@ def read_job(paths: JobPaths) -> TrainingJob:
     _check_decoded_values(decoded)
     from sagemaker_training import environment
 
+    # The launcher's record of the machine (its GPU count from NVML, honouring CUDA_VISIBLE_DEVICES), which
+    # opentc-run and the workers are handed: one count for the whole launch, not sagemaker-training's nvidia-smi
+    # list beside it. Outside the try below: the machine is not the job files, and no error of its is theirs.
+    machine = probe_host()
+    gpus = machine.gpus
     try:
         # An empty mapping makes Environment read the file itself, which holds the same empty object.
         env = environment.Environment(resource_config=resource, input_data_config=channels,
                                       hyperparameters=decoded)
-        # The launcher's record of the machine (its GPU count from NVML, honouring CUDA_VISIBLE_DEVICES), which
-        # opentc-run and the workers are handed: one count for the whole launch, not sagemaker-training's
-        # nvidia-smi list beside it.
-        machine = probe_host()
-        gpus = machine.gpus
         description = TrainingJob(
             paths=paths,
             entry_point=env.user_entry_point or None,
