@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # in this process, and a job that inherited it would share one Inductor cache with every later job.
 _SCRUBBED_PREFIXES = ("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_", "TORCHELASTIC_", "PET_",
                       "TORCHINDUCTOR_", "TRITON_")
-_SCRUBBED = {"USE_TORCH_XLA", "GPU_NUM_DEVICES", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
+_SCRUBBED = {"USE_TORCH_XLA", "GPU_NUM_DEVICES", "TORCH_WARM_POOL", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
              "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "CURRENT_HOST"}
 
 

@@ -92,8 +92,10 @@ def env_for(backend="xla", gpus=0, base=None, debug=False):
 
 def test_enabled_on_cpu_and_on_gpus():
     # PJRT_DEVICE is not among them: the launch plan decides the device (tests/test_plan.py).
-    assert dict(env_for().applied) == {"USE_TORCH_XLA": "1"}
-    assert dict(env_for(gpus=8).applied) == {"USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "8"}
+    # TORCH_WARM_POOL=0: no Inductor compile-worker pool started by torch_xla's import, in every rank
+    assert dict(env_for().applied) == {"USE_TORCH_XLA": "1", "TORCH_WARM_POOL": "0"}
+    assert dict(env_for(gpus=8).applied) == {"USE_TORCH_XLA": "1", "TORCH_WARM_POOL": "0", "GPU_NUM_DEVICES": "8"}
+    assert "TORCH_WARM_POOL" not in env_for(base={"TORCH_WARM_POOL": "1"}).applied   # a user's choice is kept
 
 
 def test_disabled_keeps_transformers_off_xla():

@@ -91,6 +91,11 @@ class XlaBackend(CompilerBackend):
     def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
         # transformers and accelerate take the XLA device only when told to.
         wanted = {"USE_TORCH_XLA": "1"}
+        # torch_xla imports torch._inductor, whose import warms Inductor's compile-worker pool: a process that imports
+        # torch and forks a worker per CPU (up to 32), in every rank, for a compiler an XLA job does not use (2.5 s of
+        # CPU per rank on a 2-core machine). torch skips the warm-up unless TORCH_WARM_POOL is "1"; a script that does
+        # compile with Inductor still gets the pool, started at its first compilation.
+        wanted["TORCH_WARM_POOL"] = "0"
         if gpu_count > 0:
             wanted["GPU_NUM_DEVICES"] = str(gpu_count)   # as AWS's images set it
         if debug:
