@@ -54,12 +54,38 @@ _SCRUBBED = {"USE_TORCH_XLA", "GPU_NUM_DEVICES", "TORCH_WARM_POOL", "MASTER_ADDR
              "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "CURRENT_HOST"}
 
 
+# The g++ every job's Inductor runs: g++ behind the run's memo (tests/gxx_memo.py), set by gxx_memo below.
+_COMPILER_ENV: dict[str, str] = {}
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(_COMPILER_ENV)
     env.update(extra)
     return env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def gxx_memo(tmp_path_factory):
+    """One memo of g++'s builds for the whole test run, shared by its pytest processes (their base folders' parent):
+    a kernel Inductor has had built once in this run is not built again (why and how: tests/gxx_memo.py). A test
+    that sets CXX itself gets its own compiler. OPENTC_TEST_GXX_MEMO=off: g++ as it is."""
+    if os.environ.get("OPENTC_TEST_GXX_MEMO") == "off" or not shutil.which("g++"):
+        yield None
+        return
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "gxx-memo"
+    folder.mkdir(exist_ok=True)
+    wrapper = folder / "g++"
+    written = folder / f".g++-{os.getpid()}"     # each process writes the same file; a rename replaces it whole
+    written.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "gxx_memo.py"}" "$@"\n')
+    written.chmod(0o755)
+    written.replace(wrapper)
+    _COMPILER_ENV.update(CXX=str(wrapper), GXX_MEMO_DIR=str(folder / "builds"), GXX_MEMO_REAL=shutil.which("g++"))
+    yield folder
+    _COMPILER_ENV.clear()
 
 
 def sdk_encode(values: dict) -> dict[str, str]:

@@ -2,10 +2,12 @@
 subset (dev/test-fast) selects by markers pytest knows."""
 
 import configparser
+import ctypes
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -84,3 +86,34 @@ def test_every_dev_script_says_how_it_is_used_and_does_nothing_else(script, tmp_
                           env=env, cwd=tmp_path)
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert f"dev/{script}" in done.stdout and "called" not in done.stderr, (done.stdout, done.stderr)
+
+
+def test_the_gxx_memo_answers_a_repeated_build_and_builds_anything_new(tmp_path):
+    """tests/gxx_memo.py (every job's CXX in this suite): the same generated source under another job's cache folder
+    is answered from the memo; a changed header it includes from that folder is built by the real g++."""
+    calls = tmp_path / "calls"
+    real = tmp_path / "real-g++"     # g++, counting its calls
+    real.write_text(f'#!/bin/sh\necho x >> "{calls}"\nexec g++ "$@"\n')
+    real.chmod(0o755)
+
+    def build(job: str, header: str) -> Path:
+        cache = tmp_path / job / "compile-cache"
+        (cache / "pi").mkdir(parents=True)
+        (cache / "ab").mkdir()
+        (cache / "pi" / "prefix.h").write_text(header)
+        source = cache / "ab" / f"k-{job}.cpp"     # named after its text, job folder included, as Inductor names it
+        source.write_text(f'#include "{cache}/pi/prefix.h"\nextern "C" int kernel() {{ return VALUE; }}\n')
+        output = cache / "ab" / f"k-{job}.so"
+        env = {**os.environ, "GXX_MEMO_DIR": str(tmp_path / "memo"), "GXX_MEMO_REAL": str(real)}
+        subprocess.run([sys.executable, str(REPO / "tests" / "gxx_memo.py"), str(source), "-shared", "-fPIC", "-o",
+                        str(output)], env=env, check=True)
+        return output
+
+    def value(library: Path) -> int:
+        return ctypes.CDLL(str(library)).kernel()
+
+    assert value(build("one", "#define VALUE 7\n")) == 7
+    assert value(build("two", "#define VALUE 7\n")) == 7          # the memo's answer
+    assert len(calls.read_text().split()) == 1
+    assert value(build("three", "#define VALUE 8\n")) == 8        # another header: built
+    assert len(calls.read_text().split()) == 2
