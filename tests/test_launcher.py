@@ -66,12 +66,15 @@ def test_opentc_run_exits_with_the_failed_workers_code_and_reports_it(tmp_path):
                       "if os.environ['RANK'] == '1':\n"
                       "    print('rank 1: cannot open shard', file=sys.stderr)\n"
                       "    raise SystemExit(7)\n")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "2", "--backend", "eager",
-                  "--failure-report", report_file, script], tmp_path)
+                  "--failure-report", report_file, script], tmp_path, TMPDIR=str(temporary))
     assert result.returncode == 7, result.stdout[-4000:]
     failure = json.loads(report_file.read_text())
     assert (failure["rank"], failure["exit_code"]) == (1, 7)
-    assert "rank 1: cannot open shard" in failure["stderr_tail"]
+    assert "rank 1: cannot open shard" in failure["stderr_tail"]    # read from the workers' stderr copies, which
+    assert not list(temporary.glob("opentc-run-*"))                  # the folder opentc-run made kept, then removed
 
 
 @pytest.mark.slow

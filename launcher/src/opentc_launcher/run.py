@@ -169,6 +169,7 @@ class RunConfig:
     log_dir: str        # each worker's output, kept by torchrun's --tee; the working copy of the cache when ours
     endpoint: str       # the rendezvous, for messages
     node: str           # "node rank N of M", for messages
+    owns_log_dir: bool = False   # made here (no --log-dir): removed when the launch ends, its stderr copies read
 
 
 def configure(argv: list[str] | None = None) -> RunConfig:
@@ -192,6 +193,7 @@ def configure(argv: list[str] | None = None) -> RunConfig:
     # stderr goes into the failure report.
     if args.tee == "0" and args.redirects == "0":
         args.tee = "2"
+    owns_log_dir = not args.log_dir
     args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
     world_size = parse_min_max_nnodes(args.nnodes)[1] * determine_local_world_size(args.nproc_per_node)
     try:
@@ -205,7 +207,7 @@ def configure(argv: list[str] | None = None) -> RunConfig:
         log.warning("%s", warning)
     return RunConfig(args=args, options=options, log_dir=args.log_dir,
                      endpoint=args.rdzv_endpoint or f"{args.master_addr}:{args.master_port}",
-                     node=f"node rank {args.node_rank} of {args.nnodes}")
+                     node=f"node rank {args.node_rank} of {args.nnodes}", owns_log_dir=owns_log_dir)
 
 
 def _as_workers(args: argparse.Namespace, options: WorkerOptions) -> None:
@@ -231,6 +233,8 @@ def launch(config: RunConfig) -> NoReturn:
     finally:   # whatever the outcome: a copy that was not published is no one's (publication removes its own)
         if cache is not None:
             shutil.rmtree(cache.working, ignore_errors=True)
+        if config.owns_log_dir:   # the workers' stderr copies, read for the failure report by now
+            shutil.rmtree(config.log_dir, ignore_errors=True)
 
 
 def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None) -> NoReturn:
