@@ -69,5 +69,6 @@ def render(results: dict) -> str:
 def main() -> None:
     run_benchmark(__doc__.splitlines()[0], "t5-2,t5-6,llama-2", 2, 10, "regional_kinds.json", render)
 
+
 if __name__ == "__main__":
     main()

@@ -120,5 +120,6 @@ def run_benchmark(description: str, configs: str, rounds: int, steps: int, json_
 def main() -> None:
     run_benchmark(__doc__.splitlines()[0], "gpt2-12,tiny", 3, 30, "regional_steps.json", render)
 
+
 if __name__ == "__main__":
     main()

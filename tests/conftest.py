@@ -72,7 +72,8 @@ def gxx_memo(tmp_path_factory):
     """One memo of g++'s builds for the whole test run, shared by its pytest processes (their base folders' parent):
     a kernel Inductor has had built once in this run is not built again (why and how: tests/gxx_memo.py). A test
     that sets CXX itself gets its own compiler. OPENTC_TEST_GXX_MEMO=off: g++ as it is."""
-    if os.environ.get("OPENTC_TEST_GXX_MEMO") == "off" or not shutil.which("g++"):
+    real = shutil.which("g++")
+    if os.environ.get("OPENTC_TEST_GXX_MEMO") == "off" or not real:
         yield None
         return
     base = tmp_path_factory.getbasetemp()
@@ -83,7 +84,7 @@ def gxx_memo(tmp_path_factory):
     written.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "gxx_memo.py"}" "$@"\n')
     written.chmod(0o755)
     written.replace(wrapper)
-    _COMPILER_ENV.update(CXX=str(wrapper), GXX_MEMO_DIR=str(folder / "builds"), GXX_MEMO_REAL=shutil.which("g++"))
+    _COMPILER_ENV.update(CXX=str(wrapper), GXX_MEMO_DIR=str(folder / "builds"), GXX_MEMO_REAL=real)
     yield folder
     _COMPILER_ENV.clear()
 
