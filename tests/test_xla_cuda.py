@@ -128,16 +128,8 @@ def test_every_way_a_torch_xla_program_starts_gets_the_plugin(tmp_path):
     assert child["parent"] != os.getpid()
 
 
-PLUGIN_OPTIONS = """
-    import json
-    from opentc_launcher.xla.cuda_plugin import cuda_plugin   # before torch_xla: no circular import
-    p = cuda_plugin()
-    print(json.dumps({"options": p.client_create_options(), "coordinator": p.requires_xla_coordinator(),
-                      "chips": p.physical_chip_count()}))
-    """
-
-
-@pytest.mark.parametrize(("env", "options", "coordinator", "chips"), [
+# Each case: the environment a process starts in, and the plugin's answers there.
+CLIENT_OPTION_CASES = [
     ({}, {"platform_name": "gpu", "allocator": "default", "node_id": 0, "num_nodes": 1}, False, 1),
     # torchrun, 4 workers per host on 2 hosts, this one local rank 2 of host 1
     ({"LOCAL_RANK": "2", "RANK": "6", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8", "GPU_NUM_DEVICES": "4"},
@@ -151,12 +143,39 @@ PLUGIN_OPTIONS = """
     ({"PJRT_ALLOCATOR_CUDA_ASYNC": "1", "PJRT_ALLOCATOR_FRACTION": "0.5", "PJRT_ALLOCATOR_PREALLOCATE": "false"},
      {"platform_name": "gpu", "allocator": "cuda_async", "memory_fraction": 0.5, "preallocate": False,
       "node_id": 0, "num_nodes": 1}, False, 1),
-])
-def test_client_options_follow_upstreams_cuda_plugin(tmp_path, env, options, coordinator, chips):
-    found = python(PLUGIN_OPTIONS, tmp_path, **env)
+]
+
+# One process answers every case (importing torch_xla is most of its time): before each, the environment is the
+# case's alone; the plugin reads it when torch-xla asks, as in a process started with it.
+PLUGIN_OPTIONS = """
+    import json
+    import os
+    from opentc_launcher.xla.cuda_plugin import cuda_plugin   # before torch_xla: no circular import
+    cases = json.loads(os.environ.pop("PLUGIN_CASES"))
+    answers = []
+    for env in cases:
+        for name in {name for case in cases for name in case}:
+            os.environ.pop(name, None)
+        os.environ.update(env)
+        p = cuda_plugin()
+        answers.append({"options": p.client_create_options(), "coordinator": p.requires_xla_coordinator(),
+                        "chips": p.physical_chip_count()})
+    print(json.dumps(answers))
+    """
+
+
+@pytest.fixture(scope="module")
+def plugin_answers(tmp_path_factory):
+    found = python(PLUGIN_OPTIONS, tmp_path_factory.mktemp("plugin"),
+                   PLUGIN_CASES=json.dumps([env for env, *_ in CLIENT_OPTION_CASES]))
     assert found.returncode == 0, found.stdout[-3000:]
-    result = json.loads(found.stdout.strip().splitlines()[-1])
-    assert result == {"options": options, "coordinator": coordinator, "chips": chips}
+    return json.loads(found.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", range(len(CLIENT_OPTION_CASES)))
+def test_client_options_follow_upstreams_cuda_plugin(plugin_answers, case):
+    _, options, coordinator, chips = CLIENT_OPTION_CASES[case]
+    assert plugin_answers[case] == {"options": options, "coordinator": coordinator, "chips": chips}
 
 
 def test_ptxas_and_libdevice_are_where_the_plugin_looks():
