@@ -30,7 +30,7 @@ TRAINING_MODULE = "opentc_toolkit.entry:main"
 # 4 min; those here 2 to 7 min each, in one process). dev/test runs the tests in two processes, a module at a time in
 # each, in this order (--no-loadscope-reorder): the long ones start first and the short ones fill in beside them, so
 # that the two processes end together rather than one long module running alone at the end.
-LONGEST_FIRST = ("test_inductor_image.py", "test_jobs.py", "test_sdk.py", "test_sharded.py",     # tests/container
+LONGEST_FIRST = ("test_inductor_suite.py", "test_jobs.py", "test_sdk.py", "test_sharded.py",     # tests/container
                  "test_aws_examples.py", "test_inductor.py", "test_compile_time.py", "test_notebooks.py",
                  "test_distributions.py", "test_compile_report.py", "test_same_model.py", "test_hf_trainer.py",
                  "test_distributed.py", "test_xla_cuda.py", "test_inductor_cache.py", "test_gpu_kit.py",

@@ -6,7 +6,7 @@ Inductor compiles slowly on two cores, so the models are tiny and most jobs shar
 test has a folder of its own, to start cold.
 
 Where this runs: on the test venv's torch (2.7, the xla image's), and inside the inductor image on its torch (2.14)
-by tests/container/test_inductor_image.py. dev/test, which runs both parts, runs this module once, in the image
+by tests/container/test_inductor_suite.py. dev/test, which runs both parts, runs this module once, in the image
 (OPENTC_INDUCTOR_TESTS=image): the image made for Inductor, on the torch its users get. torch 2.7's Inductor stays
 covered by the other modules that compile with it (compile time, the cache, the summary, the distributions, TRL,
 the xla image's Inductor job); a run without the images runs this module here.
@@ -21,10 +21,11 @@ import pytest
 from conftest import BIN, SCRIPTS, clean_env, run_train
 from opentc_launcher import exit_codes
 
-pytestmark = [pytest.mark.slow, pytest.mark.inductor,
-              pytest.mark.skipif(os.environ.get("OPENTC_INDUCTOR_TESTS") == "image",
-                                 reason="OPENTC_INDUCTOR_TESTS=image: this run has them run inside the inductor image "
-                                        "(tests/container/test_inductor_image.py)")]
+if os.environ.get("OPENTC_INDUCTOR_TESTS") == "image":
+    pytest.skip("OPENTC_INDUCTOR_TESTS=image: this run has these tests run inside the inductor image "
+                "(tests/container/test_inductor_suite.py)", allow_module_level=True)
+
+pytestmark = [pytest.mark.slow, pytest.mark.inductor]
 
 LOOP = SCRIPTS / "compile" / "inductor_loop.py"
 # Inductor's kernels and eager PyTorch's differ only in float rounding (fused and reordered operations): losses
