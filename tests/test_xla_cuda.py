@@ -152,9 +152,10 @@ PLUGIN_OPTIONS = """
     import os
     from opentc_launcher.xla.cuda_plugin import cuda_plugin   # before torch_xla: no circular import
     cases = json.loads(os.environ.pop("PLUGIN_CASES"))
+    names = {name for case in cases for name in case}
     answers = []
     for env in cases:
-        for name in {name for case in cases for name in case}:
+        for name in names:
             os.environ.pop(name, None)
         os.environ.update(env)
         p = cuda_plugin()
