@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -12,7 +13,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -76,9 +78,7 @@ def gxx_memo(tmp_path_factory):
     if os.environ.get("OPENTC_TEST_GXX_MEMO") == "off" or not real:
         yield None
         return
-    base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "gxx-memo"
-    folder.mkdir(exist_ok=True)
+    folder = shared_folder(tmp_path_factory, "gxx-memo")
     wrapper = folder / "g++"
     written = folder / f".g++-{os.getpid()}"     # each process writes the same file; a rename replaces it whole
     written.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "gxx_memo.py"}" "$@"\n')
@@ -87,6 +87,54 @@ def gxx_memo(tmp_path_factory):
     _COMPILER_ENV.update(CXX=str(wrapper), GXX_MEMO_DIR=str(folder / "builds"), GXX_MEMO_REAL=real)
     yield folder
     _COMPILER_ENV.clear()
+
+
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder of this test run's, the same for all its pytest processes (their base folders' parent)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def run_once(tmp_path_factory):
+    """run_once(name, make) -> folder: `make(folder)` done once in this test run, by whichever of its pytest
+    processes asks first; a process asking meanwhile waits for it (a lock). For a job that several tests only read
+    (the sample job, compiler off or on): it costs the run one job, not one per test. A `make` that raised leaves
+    no result, and the next asker makes it again (and fails the same way, in its own test)."""
+    shared = shared_folder(tmp_path_factory, "run-once")
+
+    def run(name: str, make: Callable[[Path], None]) -> Path:
+        folder = shared / name
+        with open(shared / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)    # released when the file closes, or when a process dies holding it
+            if not (folder / ".made").exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir()
+                make(folder)
+                (folder / ".made").touch()
+        return folder
+
+    return run
+
+
+SAMPLE_EAGER_WARMUP = 3
+SAMPLE_STEPS = int(json.loads(json.loads((SAMPLE_JOB / "input" / "config" / "hyperparameters.json").read_text())[
+    "max_steps"]))
+
+
+def sample_run(run_once, compiler: bool) -> tuple[Job, TrainResult]:
+    """The sample job as it is (SAMPLE_STEPS steps), compiler off or on (XLA:CPU), run once in this test run for the tests that
+    read it. Off, with a warm-up of 3 steps (a worker setting that reaches the workers with the compiler off too)."""
+    def make(folder: Path) -> None:
+        job = new_job(folder / "job", sagemaker_training_compiler_enabled=compiler)
+        if not compiler:
+            job.set_hyperparameters(sagemaker_training_compiler_warmup_steps=SAMPLE_EAGER_WARMUP)
+        (folder / "result.json").write_text(json.dumps(asdict(run_train(job))))
+
+    folder = run_once(f"sample-{'xla' if compiler else 'eager'}", make)
+    return Job(folder / "job"), TrainResult(**json.loads((folder / "result.json").read_text()))
 
 
 def sdk_encode(values: dict) -> dict[str, str]:

@@ -11,33 +11,22 @@ import tarfile
 
 import pytest
 
-from conftest import BIN, REPO, clean_env, free_port, run_train
+from conftest import BIN, REPO, SAMPLE_EAGER_WARMUP, SAMPLE_STEPS, clean_env, free_port, run_train, sample_run
 from opentc_launcher import exit_codes
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.inductor]
 
-STEPS, LOG_EVERY = 12, 4
-# The eager run sets its warm-up (a worker setting, reaching the workers with the compiler off); XLA's is the default.
-WARMUP = {"eager": {"sagemaker_training_compiler_warmup_steps": 3}, "xla": {}}
+STEPS, LOG_EVERY = 12, 4   # the Trainer job's
 
 
 @pytest.fixture(scope="module")
-def sample_runs(tmp_path_factory):
-    """The sample job, compiler off and on (XLA:CPU): {name: (job folder, train's output)}."""
-    import shutil
-
-    from conftest import SAMPLE_JOB, Job
-
-    runs = {}
-    for name, compiler in (("eager", False), ("xla", True)):
-        job = Job(tmp_path_factory.mktemp("runs") / name)
-        shutil.copytree(SAMPLE_JOB, job.root)
-        job.set_hyperparameters(sagemaker_training_compiler_enabled=compiler, max_steps=STEPS, log_every=LOG_EVERY,
-                                **WARMUP[name])
-        result = run_train(job)
+def sample_runs(run_once):
+    """The sample job, compiler off and on (XLA:CPU), as the other tests that read it share it (conftest.sample_run):
+    {name: (job folder, train's output)}."""
+    runs = {"eager": sample_run(run_once, compiler=False), "xla": sample_run(run_once, compiler=True)}
+    for _, result in runs.values():
         assert result.returncode == 0, result.output[-4000:]
-        runs[name] = (job, result.output)
-    return runs
+    return {name: (job, result.output) for name, (job, result) in runs.items()}
 
 
 def summary_of(job):
@@ -52,10 +41,10 @@ def test_every_job_has_a_summary_with_plausible_figures(sample_runs, name):
     assert summary["device"] == "cpu" and summary["workers"] == 1 and summary["hosts"] == ["algo-1"]
     assert summary["outcome"] == {"exit_code": 0, "succeeded": True, "stopped": False, "headline": None,
                                   "kind": "succeeded", "rank": None, "host": None}
-    assert summary["optimizer_steps"] == STEPS                            # the steps the script made
+    assert summary["optimizer_steps"] == SAMPLE_STEPS                     # the steps the script made
     steps = summary["step_seconds"]
-    warmup = 3 if WARMUP[name] else 5
-    assert steps["warmup_steps"] == warmup and steps["measured_steps"] == STEPS - warmup, steps
+    warmup = SAMPLE_EAGER_WARMUP if name == "eager" else 5                # eager's set, XLA's the default
+    assert steps["warmup_steps"] == warmup and steps["measured_steps"] == SAMPLE_STEPS - warmup, steps
     assert 0 < steps["median"] <= steps["p90"] < 60, steps
     assert 0 < summary["first_step_seconds"] < summary["wall_seconds"], summary
     logged = job.read_json("output/data/metrics.json")["losses"]          # what the script itself recorded
@@ -79,7 +68,7 @@ def test_every_job_has_a_summary_with_plausible_figures(sample_runs, name):
     # The headline is the log's line before the verdict.
     lines = output.rstrip().splitlines()
     assert "job summary: " in lines[-2] and lines[-1].endswith("Reporting training SUCCESS"), lines[-3:]
-    assert f"{name} on cpu, 1 worker(s); {STEPS} optimizer steps; median step " in lines[-2]
+    assert f"{name} on cpu, 1 worker(s); {SAMPLE_STEPS} optimizer steps; median step " in lines[-2]
 
 
 def test_a_trainer_jobs_throughput_comes_from_its_batches_and_its_own_log(make_job):
@@ -150,7 +139,7 @@ def output_tarball(job, path):
 def assert_compared(text, first="eager", second="xla"):
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert rows[""].startswith(f"| | {first} (") and f" | {second} (" in rows[""], text
-    assert rows["optimizer steps"] == f"| optimizer steps | {STEPS} | {STEPS} |", text
+    assert rows["optimizer steps"] == f"| optimizer steps | {SAMPLE_STEPS} | {SAMPLE_STEPS} |", text
     ratio = rows["speed vs first (median step)"].split(" | ")
     assert ratio[1] == "1.00x" and ratio[2].rstrip(" |").endswith("x") and ratio[2] != "-", text
     assert "peak memory vs first" in rows and "final loss" in rows

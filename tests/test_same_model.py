@@ -5,7 +5,7 @@ move, train separately, and the saved model reloads without the trained lm_head.
 
 import pytest
 
-from conftest import run_train
+from conftest import run_train, sample_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
@@ -17,18 +17,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.xla]
 RELATIVE_TOLERANCE = 0.02
 
 
-def sample_losses(make_job, compiler: bool) -> list[dict]:
-    job = make_job()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=compiler)
-    result = run_train(job)
+def sample_losses(run_once, compiler: bool) -> list[dict]:
+    job, result = sample_run(run_once, compiler)
     assert result.returncode == 0, result.output[-4000:]
     metrics = job.read_json("output/data/metrics.json")
     assert metrics["torch_xla_imported"] is compiler, metrics
     return metrics["losses"]
 
 
-def test_the_sample_trains_the_same_model_with_the_compiler_on_and_off(make_job):
-    eager, compiled = sample_losses(make_job, compiler=False), sample_losses(make_job, compiler=True)
+def test_the_sample_trains_the_same_model_with_the_compiler_on_and_off(run_once):
+    eager, compiled = sample_losses(run_once, compiler=False), sample_losses(run_once, compiler=True)
     assert [p["step"] for p in compiled] == [p["step"] for p in eager] and len(eager) >= 6, (eager, compiled)
     for e, c in zip(eager, compiled, strict=True):
         assert c["loss"] == pytest.approx(e["loss"], rel=RELATIVE_TOLERANCE), (e, c, eager, compiled)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import run_train
+from conftest import run_train, sample_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
@@ -15,9 +15,8 @@ def assert_loss_fell(losses):
     assert losses[-1] < losses[0] * 0.8, losses
 
 
-def test_tiny_gpt2_trains_on_xla_and_saves(make_job):
-    job = make_job()
-    result = run_train(job)
+def test_tiny_gpt2_trains_on_xla_and_saves(run_once):
+    job, result = sample_run(run_once, compiler=True)    # the sample job as it is: its one run in this test run
     assert result.returncode == 0, result.output[-5000:]
     assert "Found configuration for Training Compiler" in result.output
     assert "Configuring SM Training Compiler..." in result.output
@@ -35,10 +34,8 @@ def test_tiny_gpt2_trains_on_xla_and_saves(make_job):
     assert "compile report:" in result.output and "clean." in result.output
 
 
-def test_compiler_disabled_runs_plain_pytorch_and_never_touches_xla(make_job):
-    job = make_job()
-    job.set_hyperparameters(sagemaker_training_compiler_enabled=False)
-    result = run_train(job)
+def test_compiler_disabled_runs_plain_pytorch_and_never_touches_xla(run_once):
+    job, result = sample_run(run_once, compiler=False)
     assert result.returncode == 0, result.output[-5000:]
     assert "Configuring SM Training Compiler" not in result.output
     assert "USE_TORCH_XLA=0" in result.output

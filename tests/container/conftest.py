@@ -17,12 +17,12 @@ import shutil
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import Job
+from conftest import Job, new_job
 
 OPT_OUT = "OPENTC_CONTAINER_TESTS"
 DOCKER = os.environ.get("OPENTC_DOCKER") or (
@@ -131,6 +131,30 @@ def run_job(image: str, name: str, job: Job | None = None, *options: str, timeou
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the job did not end within {timeout} s:\n{logs(name)[-5000:]}") from None
     return ContainerRun(proc.returncode, proc.stdout, time.monotonic() - started)
+
+
+# The hyperparameters of the sample job several tests read (image_sample_run): short, and a loss line every 2 steps.
+IMAGE_SAMPLE = {"max_steps": 8, "log_every": 2}
+
+
+def image_sample_run(run_once, image: str, compiler: bool) -> tuple[Job, ContainerRun]:
+    """The sample job (IMAGE_SAMPLE) in `image`, compiler off or on (no backend named: the image's own compiler),
+    run once in this test run for the tests that only read it (conftest.run_once)."""
+    def make(folder: Path) -> None:
+        job = new_job(folder / "job", sagemaker_training_compiler_enabled=compiler, **IMAGE_SAMPLE)
+        name = unique()
+        try:
+            run = run_job(image, name, job)
+        finally:
+            docker("rm", "--force", "--volumes", name)
+        if os.getuid() != 0:    # the job wrote as root, as on SageMaker: the files back to the tester
+            docker("run", "--rm", "--network", "none", "--entrypoint", "chown", "-v", f"{folder}:/mnt", image,
+                   "-R", f"{os.getuid()}:{os.getgid()}", "/mnt")
+        (folder / "run.json").write_text(json.dumps(asdict(run)))
+
+    key = "".join(c if c.isalnum() or c in "-_." else "_" for c in image)
+    folder = run_once(f"image-sample-{key}-{'on' if compiler else 'off'}", make)
+    return Job(folder / "job"), ContainerRun(**json.loads((folder / "run.json").read_text()))
 
 
 def start_job(image: str, job: Job, name: str, *options: str, network: str = "none") -> None:

@@ -12,17 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import files_under, run_job
+from .conftest import files_under, image_sample_run, run_job
 
 pytestmark = pytest.mark.container
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_compiler_on_with_no_backend_named_trains_on_inductor_and_says_why(inductor_image, make_job, containers):
-    job = make_job()
-    job.set_hyperparameters(max_steps=4, log_every=1)
-    result = run_job(inductor_image, containers(), job)
+def test_the_compiler_on_with_no_backend_named_trains_on_inductor_and_says_why(inductor_image, run_once):
+    job, result = image_sample_run(run_once, inductor_image, compiler=True)   # shared with opentc-compare's test
     assert result.returncode == 0, result.output[-5000:]
     assert ("Configuring SM Training Compiler... (sagemaker_training_compiler_backend not set: inductor (this image "
             "has no PyTorch/XLA (torch-xla), so TorchInductor (torch.compile) is its compiler))") in result.output, \

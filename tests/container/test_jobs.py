@@ -6,16 +6,15 @@ import pytest
 
 from conftest import tree
 
-from .conftest import files_under, run_job
+from .conftest import IMAGE_SAMPLE, files_under, image_sample_run, run_job
 
 pytestmark = pytest.mark.container
 
 COMPILER_LINES = ("Found configuration for Training Compiler", "Configuring SM Training Compiler...")
 
 
-def test_sample_job_trains_with_the_compiler(image, make_job, containers):
-    job = make_job()
-    result = run_job(image, containers(), job)
+def test_sample_job_trains_with_the_compiler(image, run_once):
+    job, result = image_sample_run(run_once, image, compiler=True)     # shared with opentc-compare's test
     assert result.returncode == 0, result.output[-5000:]
     for line in (*COMPILER_LINES, "PJRT_DEVICE=CPU", "Reporting training SUCCESS"):
         assert line in result.output
@@ -86,8 +85,9 @@ def test_the_sample_job_in_the_image_runs_as_its_help_says(image, containers):
 
 def test_no_command_with_a_job_mounted_runs_train(image, make_job, containers):
     """A launcher that starts the image without a command (the SageMaker SDK v3's ModelTrainer with the code
-    in a channel) gets the job run, not the help and an exit 0 with an empty model."""
-    job = make_job()
+    in a channel) gets the job run, not the help and an exit 0 with an empty model. (With the compiler off: what
+    starts is the question here; the compiled sample's tests are above.)"""
+    job = make_job(sagemaker_training_compiler_enabled=False)
     job.set_hyperparameters(max_steps=3, log_every=1)
     result = run_job(image, containers(), job, command=())
     assert result.returncode == 0, result.output[-5000:]
@@ -115,17 +115,18 @@ def test_a_read_only_output_folder_still_fails_loudly(image, make_job, container
     assert not (job.output / "failure").exists()
 
 
-def test_opentc_compare_runs_in_the_image_on_jobs_it_ran(each_image, make_job, containers, tmp_path):
-    """Two jobs in the image (compiler off and on: its default compiler), then its own opentc-compare on them."""
+def test_opentc_compare_runs_in_the_image_on_jobs_it_ran(each_image, run_once, containers, tmp_path):
+    """Two jobs in the image (compiler off and on: its default compiler), then its own opentc-compare on them. The
+    jobs are the sample's that the image's other tests read too (image_sample_run)."""
     jobs = []
     for compiler in (False, True):
-        job = make_job()
-        job.set_hyperparameters(sagemaker_training_compiler_enabled=compiler, max_steps=8, log_every=2)
-        assert run_job(each_image, containers(), job).returncode == 0
+        job, run = image_sample_run(run_once, each_image, compiler)
+        assert run.returncode == 0, run.output[-3000:]
         jobs.append(job)
     mounts = ("-v", f"{jobs[0].root}:/jobs/eager", "-v", f"{jobs[1].root}:/jobs/compiled", "-v", f"{tmp_path}:/out")
     result = run_job(each_image, containers(), None, *mounts,
                      command=("opentc-compare", "/jobs/eager", "/jobs/compiled", "--plot", "/out/compare.png"))
     assert result.returncode == 0, result.output[-3000:]
-    assert "| optimizer steps | 8 | 8 |" in result.output and "speed vs first (median step) | 1.00x |" in result.output
+    steps = IMAGE_SAMPLE["max_steps"]
+    assert f"| optimizer steps | {steps} | {steps} |" in result.output and "speed vs first (median step) | 1.00x |" in result.output
     assert (tmp_path / "compare.png").stat().st_size > 10_000
