@@ -31,8 +31,14 @@ PY = str(BIN / "python")
 OUR_PLUGIN = "opentc_launcher.xla.cuda_plugin.CudaPlugin"
 
 
+# The programs here import torch_xla outside a worker of ours, and torch_xla 2.7 imports Inductor, which starts its
+# compile-worker pool at once unless TORCH_WARM_POOL=0 (the worker sets it: xla/__init__.py): about 2 s of CPU a
+# process, for nothing these programs compile.
+NO_WARM_POOL = {"TORCH_WARM_POOL": "0"}
+
+
 def python(code, tmp_path, timeout=180, **env):
-    return subprocess.run([PY, "-c", textwrap.dedent(code)], env=clean_env(**env), cwd=str(tmp_path),
+    return subprocess.run([PY, "-c", textwrap.dedent(code)], env=clean_env(**NO_WARM_POOL, **env), cwd=str(tmp_path),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
@@ -111,7 +117,7 @@ def test_torch_xla_loads_the_real_plugin_up_to_cuda_initialisation(tmp_path):
 def test_every_way_a_torch_xla_program_starts_gets_the_plugin(tmp_path):
     out = tmp_path / "seen"
     out.mkdir()
-    env = {"PJRT_DEVICE": "CPU"}
+    env = {"PJRT_DEVICE": "CPU", **NO_WARM_POOL}
     runs = [
         [PY, str(SCRIPTS / "cuda_plugin_seen.py"), str(out), "launch"],            # python, then xmp.spawn
         [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "1", str(SCRIPTS / "cuda_plugin_seen.py"),
