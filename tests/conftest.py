@@ -125,8 +125,9 @@ SAMPLE_STEPS = int(json.loads(json.loads((SAMPLE_JOB / "input" / "config" / "hyp
 
 
 def sample_run(run_once, compiler: bool) -> tuple[Job, TrainResult]:
-    """The sample job as it is (SAMPLE_STEPS steps), compiler off or on (XLA:CPU), run once in this test run for the tests that
-    read it. Off, with a warm-up of 3 steps (a worker setting that reaches the workers with the compiler off too)."""
+    """The sample job as it is (SAMPLE_STEPS steps), compiler off or on (XLA:CPU), run once in this test run for the
+    tests that read it. Off, with a warm-up of 3 steps (a worker setting that reaches the workers with the compiler off
+    too)."""
     def make(folder: Path) -> None:
         job = new_job(folder / "job", sagemaker_training_compiler_enabled=compiler)
         if not compiler:
