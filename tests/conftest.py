@@ -29,10 +29,14 @@ TRAIN = BIN / "opentc-train"
 TRAINING_MODULE = "opentc_toolkit.entry:main"
 
 # The modules that take minutes on a 2-core machine, longest first (the Inductor suite inside the inductor image about
-# 4 min; those here 2 to 7 min each, in one process). dev/test runs the tests in two processes, a module at a time in
+# 6 min; those here 2 to 7 min each, in one process). dev/test runs the tests in two processes, a module at a time in
 # each, in this order (--no-loadscope-reorder): the long ones start first and the short ones fill in beside them, so
-# that the two processes end together rather than one long module running alone at the end.
-LONGEST_FIRST = ("test_inductor_suite.py", "test_jobs.py", "test_sdk.py", "test_sharded.py",     # tests/container
+# that the two processes end together rather than one long module running alone at the end. pytest-xdist gives a
+# process whose first module has at most two tests a second module at once, to run after it: the in-image suite (one
+# test, about 6 min) gets the third here, so the third is a short one (test_image.py, about 30 s; test_sdk.py there
+# kept the container tests at 477 s where 415 s was their half).
+LONGEST_FIRST = ("test_inductor_suite.py", "test_jobs.py", "test_image.py", "test_sharded.py", "test_sdk.py",
+                 # tests/container above
                  "test_aws_examples.py", "test_inductor.py", "test_compile_time.py", "test_notebooks.py",
                  "test_distributions.py", "test_compile_report.py", "test_same_model.py", "test_hf_trainer.py",
                  "test_distributed.py", "test_xla_cuda.py", "test_inductor_cache.py", "test_gpu_kit.py",
