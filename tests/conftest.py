@@ -123,25 +123,6 @@ def run_once(tmp_path_factory):
     return run
 
 
-SAMPLE_EAGER_WARMUP = 3
-SAMPLE_STEPS = int(json.loads(json.loads((SAMPLE_JOB / "input" / "config" / "hyperparameters.json").read_text())[
-    "max_steps"]))
-
-
-def sample_run(run_once, compiler: bool) -> tuple[Job, TrainResult]:
-    """The sample job as it is (SAMPLE_STEPS steps), compiler off or on (XLA:CPU), run once in this test run for the
-    tests that read it. Off, with a warm-up of 3 steps (a worker setting that reaches the workers with the compiler off
-    too)."""
-    def make(folder: Path) -> None:
-        job = new_job(folder / "job", sagemaker_training_compiler_enabled=compiler)
-        if not compiler:
-            job.set_hyperparameters(sagemaker_training_compiler_warmup_steps=SAMPLE_EAGER_WARMUP)
-        (folder / "result.json").write_text(json.dumps(asdict(run_train(job))))
-
-    folder = run_once(f"sample-{'xla' if compiler else 'eager'}", make)
-    return Job(folder / "job"), TrainResult(**json.loads((folder / "result.json").read_text()))
-
-
 def sdk_encode(values: dict) -> dict[str, str]:
     """hyperparameters.json as the SageMaker SDK writes it: every value JSON-encoded into a string."""
     return {str(k): json.dumps(v) for k, v in values.items()}
@@ -358,6 +339,24 @@ def new_job(root: Path, script: str | None = None, **hyperparameters) -> Job:
     if hyperparameters:
         job.set_hyperparameters(**hyperparameters)
     return job
+
+
+SAMPLE_EAGER_WARMUP = 3
+SAMPLE_STEPS = int(json.loads(Job(SAMPLE_JOB).hyperparameters()["max_steps"]))
+
+
+def sample_run(run_once, compiler: bool) -> tuple[Job, TrainResult]:
+    """The sample job as it is (SAMPLE_STEPS steps), compiler off or on (XLA:CPU), run once in this test run for the
+    tests that read it. Off, with a warm-up of 3 steps (a worker setting that reaches the workers with the compiler off
+    too)."""
+    def make(folder: Path) -> None:
+        job = new_job(folder / "job", sagemaker_training_compiler_enabled=compiler)
+        if not compiler:
+            job.set_hyperparameters(sagemaker_training_compiler_warmup_steps=SAMPLE_EAGER_WARMUP)
+        (folder / "result.json").write_text(json.dumps(asdict(run_train(job))))
+
+    folder = run_once(f"sample-{'xla' if compiler else 'eager'}", make)
+    return Job(folder / "job"), TrainResult(**json.loads((folder / "result.json").read_text()))
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:

@@ -108,8 +108,12 @@ def _files_back_to_the_tester(request, tmp_path):
     used = [name for name in ("image", "inductor_image", "each_image") if name in request.fixturenames]
     if os.getuid() == 0 or not used:
         return
-    image = request.getfixturevalue(used[0])
-    docker("run", "--rm", "--network", "none", "--entrypoint", "chown", "-v", f"{tmp_path}:/mnt", image,
+    give_back(request.getfixturevalue(used[0]), tmp_path)
+
+
+def give_back(image: str, folder: Path) -> None:
+    """The files under `folder` to the tester, through `image` (it has chown and runs as root)."""
+    docker("run", "--rm", "--network", "none", "--entrypoint", "chown", "-v", f"{folder}:/mnt", image,
            "-R", f"{os.getuid()}:{os.getgid()}", "/mnt")
 
 
@@ -147,9 +151,8 @@ def image_sample_run(run_once, image: str, compiler: bool) -> tuple[Job, Contain
             run = run_job(image, name, job)
         finally:
             docker("rm", "--force", "--volumes", name)
-        if os.getuid() != 0:    # the job wrote as root, as on SageMaker: the files back to the tester
-            docker("run", "--rm", "--network", "none", "--entrypoint", "chown", "-v", f"{folder}:/mnt", image,
-                   "-R", f"{os.getuid()}:{os.getgid()}", "/mnt")
+        if os.getuid() != 0:    # the job wrote as root, as on SageMaker
+            give_back(image, folder)
         (folder / "run.json").write_text(json.dumps(asdict(run)))
 
     key = "".join(c if c.isalnum() or c in "-_." else "_" for c in image)
