@@ -19,4 +19,8 @@ sampler = DistributedSampler(data, shuffle=False, drop_last=args.drop_last == "y
 seen = [int(i) for (batch,) in DataLoader(data, batch_size=2, sampler=sampler) for i in batch]
 with open(os.path.join(os.environ["SM_MODEL_DIR"], f"indices-rank{dist.get_rank()}.json"), "w") as f:
     json.dump(seen, f)
+# A rank that leaves without one collective can close its gloo connection before its peer has taken it in:
+# init_process_group returns on the side that connects first, and the slower side then fails "Connection
+# closed by peer" (seen once in CI on a busy machine). Real training does a collective before it ends.
+dist.barrier()
 dist.destroy_process_group()
