@@ -90,10 +90,12 @@ def test_every_dev_script_says_how_it_is_used_and_does_nothing_else(script, tmp_
 
 def test_the_gxx_memo_answers_a_repeated_build_and_builds_anything_new(tmp_path):
     """tests/gxx_memo.py (every job's CXX in this suite): the same generated source under another job's cache folder
-    is answered from the memo; a changed header it includes from that folder is built by the real g++."""
+    is answered from the memo; a changed header it includes from that folder is built by the real g++, precompiled
+    first (once per header) and included from the memo's copy."""
     calls = tmp_path / "calls"
-    real = tmp_path / "real-g++"     # g++, counting its calls
-    real.write_text(f'#!/bin/sh\necho x >> "{calls}"\nexec g++ "$@"\n')
+    real = tmp_path / "real-g++"     # g++, writing down what each call builds: a header's .gch or a kernel
+    real.write_text(f'#!/bin/sh\ncase "$*" in *c++-header*) echo header;; *) echo kernel;; esac >> "{calls}"\n'
+                    'exec g++ "$@"\n')
     real.chmod(0o755)
 
     def build(job: str, header: str) -> Path:
@@ -113,7 +115,9 @@ def test_the_gxx_memo_answers_a_repeated_build_and_builds_anything_new(tmp_path)
         return ctypes.CDLL(str(library)).kernel()
 
     assert value(build("one", "#define VALUE 7\n")) == 7
+    assert calls.read_text().split() == ["header", "kernel"]
+    assert len(list((tmp_path / "memo" / "pch").glob("*/prefix.h.gch"))) == 1
     assert value(build("two", "#define VALUE 7\n")) == 7          # the memo's answer
-    assert len(calls.read_text().split()) == 1
-    assert value(build("three", "#define VALUE 8\n")) == 8        # another header: built
-    assert len(calls.read_text().split()) == 2
+    assert calls.read_text().split() == ["header", "kernel"]
+    assert value(build("three", "#define VALUE 8\n")) == 8        # another header: precompiled, then built
+    assert calls.read_text().split() == ["header", "kernel", "header", "kernel"]
