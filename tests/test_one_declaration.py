@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import TRAIN, train_env
+from conftest import BIN, TRAIN, clean_env, train_env
 
 EXTENSION = '''
 from dataclasses import make_dataclass
@@ -51,3 +51,37 @@ def test_a_worker_option_declared_once_is_a_hyperparameter_with_its_parsing_docs
                           env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     assert "| `sagemaker_training_compiler_prefetch_batches` | `2` (two) | batches each worker loads ahead of the " \
            "step |" in rows, rows
+
+
+ONE_BACKENDS = '''
+from dataclasses import make_dataclass
+
+import opentc_launcher.options as options
+
+options.WorkerOptions = make_dataclass("WorkerOptions", [(
+    "fusion_depth", int, options._option(
+        3, kind=options.WHOLE, metavar="N", help="how deep the fuser looks", backend="{backend}"))],
+    bases=(options.WorkerOptions,), frozen=True)
+'''
+
+
+@pytest.mark.parametrize("backend", ["inductor", "tvm"])
+def test_a_backends_own_option_joins_its_group_and_leaves_the_others_alone(tmp_path, backend):
+    """Issue 41: per-backend option groups. An option declared for one backend is listed in that backend's group
+    of opentc-run's options, the others' groups unchanged; one declared for a backend there is not is refused,
+    naming the backends there are."""
+    folder = tmp_path / "declared"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(ONE_BACKENDS.replace("{backend}", backend))
+    env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([str(BIN / "opentc-run"), "--help"], env=env, capture_output=True, text=True, timeout=120)
+    if backend == "tvm":
+        assert done.returncode != 0
+        assert "worker option fusion_depth is declared for backend 'tvm', which is not one of eager, xla, " \
+               "inductor" in done.stderr, done.stderr[-2000:]
+        return
+    assert done.returncode == 0, done.stderr[-2000:]
+    groups = {block.split(":", 1)[0]: block for block in done.stdout.split("\n\n") if block.startswith("worker")}
+    assert "--fusion-depth N" in groups["worker options for --backend inductor only"], groups
+    assert "--fusion-depth" not in groups["worker options"] + groups["worker options for --backend xla only"]
+    assert "--cpu-multi-worker" in groups["worker options for --backend xla only"], groups

@@ -35,10 +35,18 @@ def _parsing(declared: Declared) -> dict[str, Any]:
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the worker options to a parser (the worker's own, or opentc-run's), as WorkerOptions declares them."""
-    group = parser.add_argument_group("worker options")
+    """Add the worker options to a parser (the worker's own, or opentc-run's), as WorkerOptions declares them: those
+    of every backend in one group, each backend's own (Declared.backend) in a group of its own."""
+    groups = {"": parser.add_argument_group("worker options")}
     declared_defaults = "; ".join(f"{name}: {', '.join(backend_named(name).optional_defaults)}"
                                   for name in BACKEND_NAMES if backend_named(name).optional_defaults)
     for name, declared, default in declared_options():
-        group.add_argument(f"--{name.replace('_', '-')}", default=default, metavar=declared.metavar,
-                           help=declared.help.replace("{declared}", declared_defaults), **_parsing(declared))
+        if declared.backend not in groups:
+            if declared.backend not in BACKEND_NAMES:
+                raise ValueError(f"worker option {name} is declared for backend {declared.backend!r}, which is not "
+                                 f"one of {', '.join(BACKEND_NAMES)}")
+            groups[declared.backend] = parser.add_argument_group(
+                f"worker options for --backend {declared.backend} only")
+        groups[declared.backend].add_argument(
+            f"--{name.replace('_', '-')}", default=default, metavar=declared.metavar,
+            help=declared.help.replace("{declared}", declared_defaults), **_parsing(declared))

@@ -47,14 +47,16 @@ class AsSetting:
 @dataclass(frozen=True)
 class Declared:
     """A worker option's declaration, beside its field: what opentc-run and opentc-worker say about it (`help`,
-    `metavar`), how it is parsed (`kind`, `choices`), and whether a front end's job sets it by a setting of the
-    option's name (`setting`)."""
+    `metavar`), how it is parsed (`kind`, `choices`), whether a front end's job sets it by a setting of the
+    option's name (`setting`), and the one backend it is for, if it is one backend's (`backend`: the command lines
+    list it in a group of that backend's, so a backend's own options join its group and leave the others' alone)."""
 
     help: str
     kind: str = TEXT
     metavar: str | None = None
     choices: tuple[str, ...] = ()
     setting: AsSetting | None = None
+    backend: str = ""
 
 
 def _option(default: object = None, *, default_factory: Callable[[], object] | None = None, **declared: Any) -> Any:
@@ -96,7 +98,7 @@ class WorkerOptions:
                              help=f"where debug mode's artefacts go (default: ./{DEFAULT_DEBUG_FOLDER} in the "
                                   f"working folder)")
     cpu_multi_worker: str = _option(
-        DEFAULT_CPU_MULTI_WORKER, kind=CHOICE, choices=CPU_MULTI_WORKER_POLICIES,
+        DEFAULT_CPU_MULTI_WORKER, kind=CHOICE, choices=CPU_MULTI_WORKER_POLICIES, backend="xla",
         help="several XLA:CPU workers cannot all-reduce across processes: refuse to start (default) or run them as "
              "unsynchronised replicas with a loud warning",
         setting=AsSetting('XLA only: several XLA:CPU workers (see [Several workers on XLA:CPU]'
