@@ -4,7 +4,10 @@
 import pytest
 
 from opentc_launcher.api import compiler_environment
+from opentc_launcher.identity import WorkerIdentity
+from opentc_launcher.inductor.trace_report import debug_environment as inductor_debug_environment
 from opentc_launcher.options import WorkerOptions
+from opentc_launcher.xla.runtime_env import xla_runtime_env
 from opentc_toolkit.job import decode_hyperparameters as decoded
 from opentc_toolkit.job_settings import (
     BACKEND,
@@ -82,12 +85,20 @@ def test_a_number_hyperparameter_that_is_not_a_plain_whole_number_is_refused_nam
     assert "use a whole number >= 0 in digits 0-9" in message and len(message) < 400, message
 
 
-def env_for(backend="xla", gpus=0, base=None, debug=False):
-    """The environment for workers with these options (as plan.worker_options makes them for a job: debug mode only
-    with the compiler on, its folder output/data/compiler: tests/test_plan.py)."""
-    options = WorkerOptions(backend=backend, gpu_count=gpus, debug_mode=debug,
-                            debug_dir="/opt/ml/output/data/compiler")
-    return compiler_environment(options, base or {})
+def env_for(backend="xla", gpus=0, base=None):
+    """The environment for workers with these options (debug mode is not part of it: the session sets its switches
+    in the worker's own process, below)."""
+    return compiler_environment(WorkerOptions(backend=backend, gpu_count=gpus), base or {})
+
+
+COMPILER_FOLDER = "/opt/ml/output/data/compiler"   # debug mode's folder in a job (plan.worker_options: test_plan)
+
+
+def xla_worker_env(base=None, debug=True, rank=0, world=1):
+    """What an XLA worker sets in its own process (xla/runtime_env.py) for the launch's options on the CPU."""
+    identity = WorkerIdentity(rank=rank, local_rank=rank, world_size=world, local_world_size=world)
+    options = WorkerOptions(backend="xla", device="cpu", debug_mode=debug, debug_dir=COMPILER_FOLDER)
+    return xla_runtime_env(options, identity, base or {})
 
 
 def test_enabled_on_cpu_and_on_gpus():
@@ -100,8 +111,6 @@ def test_enabled_on_cpu_and_on_gpus():
 
 def test_disabled_keeps_transformers_off_xla():
     assert dict(env_for("eager", gpus=8).applied) == {"USE_TORCH_XLA": "0"}
-    # plain PyTorch has no debug switches
-    assert dict(env_for("eager", gpus=8, debug=True).applied) == {"USE_TORCH_XLA": "0"}
     # no GPU: accelerate is told to run on the CPU, or several workers would never synchronise (test_distributions)
     on_cpu = {"USE_TORCH_XLA": "0", "ACCELERATE_USE_CPU": "true"}
     assert dict(env_for("eager").applied) == on_cpu
@@ -113,39 +122,47 @@ def test_debug_mode_is_a_worker_option_declared_once():
     assert JobSettings.from_hyperparameters({DEBUG: True}).worker.debug_mode is True
     from opentc_launcher.worker import build_parser
 
-    options = WorkerOptions(debug_mode=True, debug_dir="/opt/ml/output/data/compiler")   # it travels on the argv
+    options = WorkerOptions(debug_mode=True, debug_dir=COMPILER_FOLDER)   # it travels on the argv
     assert WorkerOptions.from_namespace(build_parser().parse_args([*options.to_argv(), "train.py"])) == options
 
 
 def test_debug_puts_every_artefact_under_output_data_compiler():
-    applied = env_for(debug=True).applied
+    """Issue 41: debug mode travels like the backend, on the worker's command line to the backend's session, which
+    sets its switches in the worker's own process; the launch's environment has none of them."""
+    assert not {"XLA_METRICS_FILE", "XLA_FLAGS"} & set(env_for().applied)
+    applied = xla_worker_env().updates
     assert applied["PT_XLA_DEBUG_LEVEL"] == "1"
     assert applied["XLA_IR_DEBUG"] == applied["XLA_HLO_DEBUG"] == "1"
-    assert applied["XLA_METRICS_FILE"] == "/opt/ml/output/data/compiler/XLA_METRICS_FILE.txt"
-    assert applied["XLA_SAVE_TENSORS_FILE"].startswith("/opt/ml/output/data/compiler/")
-    assert applied["XLA_FLAGS"] == "--xla_dump_to=/opt/ml/output/data/compiler/xla_dump"
+    assert applied["XLA_METRICS_FILE"] == f"{COMPILER_FOLDER}/XLA_METRICS_FILE.txt"
+    assert applied["XLA_SAVE_TENSORS_FILE"].startswith(f"{COMPILER_FOLDER}/")
+    assert applied["XLA_FLAGS"] == f"--xla_dump_to={COMPILER_FOLDER}/xla_dump"
+    assert not {"XLA_METRICS_FILE", "XLA_FLAGS"} & set(xla_worker_env(debug=False).updates)
+    # several workers: a file each
+    assert xla_worker_env(rank=1, world=2).updates["XLA_METRICS_FILE"].endswith("XLA_METRICS_FILE.txt.rank1")
 
 
 def test_user_set_variables_are_kept_and_reported():
     base = {"USE_TORCH_XLA": "1", "GPU_NUM_DEVICES": "2"}
-    changes = env_for(gpus=8, base=base, debug=True)
+    changes = env_for(gpus=8, base=base)
     assert not {"USE_TORCH_XLA", "GPU_NUM_DEVICES"} & set(changes.applied)
     assert dict(changes.kept) == {"GPU_NUM_DEVICES": "2"}
-    assert changes.applied["XLA_METRICS_FILE"].endswith("XLA_METRICS_FILE.txt")
+    own = xla_worker_env(base={"XLA_METRICS_FILE": "/mine.txt", "XLA_IR_DEBUG": "1"})
+    assert "XLA_METRICS_FILE" not in own.updates and "XLA_IR_DEBUG" not in own.updates
+    assert own.kept == ("XLA_METRICS_FILE=/mine.txt: keeping it",)   # the same value needs no word
 
 
 def test_a_users_xla_flags_get_debug_modes_dump_flag_by_flag():
     """Issue 40 (design review): a user's own XLA_FLAGS was kept whole, and debug mode's --xla_dump_to silently
-    dropped. Now the user's flags stay, each, and the flags they do not set are added (and said: added_flags)."""
-    dump = "--xla_dump_to=/opt/ml/output/data/compiler/xla_dump"
-    changes = env_for(base={"XLA_FLAGS": " --xla_gpu_autotune_level=0  --xla_dump_hlo_as_text "}, debug=True)
-    assert changes.applied["XLA_FLAGS"] == f"--xla_gpu_autotune_level=0  --xla_dump_hlo_as_text {dump}"
-    assert dict(changes.added_flags) == {"XLA_FLAGS": dump} and "XLA_FLAGS" not in changes.kept
-    own = env_for(base={"XLA_FLAGS": "--xla_dump_to=/mine"}, debug=True)            # their own dump folder wins
-    assert "XLA_FLAGS" not in own.applied and dict(own.kept) == {"XLA_FLAGS": "--xla_dump_to=/mine"}
-    assert dict(own.added_flags) == {}
-    off = env_for(base={"XLA_FLAGS": "--xla_gpu_autotune_level=0"})   # no debug mode
-    assert "XLA_FLAGS" not in off.applied and not off.kept and not off.added_flags
+    dropped. Now the user's flags stay, each, and the flags they do not set are added (and said)."""
+    dump = f"--xla_dump_to={COMPILER_FOLDER}/xla_dump"
+    theirs = " --xla_gpu_autotune_level=0  --xla_dump_hlo_as_text "
+    changes = xla_worker_env(base={"XLA_FLAGS": theirs})
+    assert changes.updates["XLA_FLAGS"] == f"--xla_gpu_autotune_level=0  --xla_dump_hlo_as_text {dump}"
+    assert changes.kept == (f"XLA_FLAGS={theirs}: keeping it, with {dump} added",)
+    own = xla_worker_env(base={"XLA_FLAGS": "--xla_dump_to=/mine"})            # their own dump folder wins
+    assert "XLA_FLAGS" not in own.updates and own.kept == ("XLA_FLAGS=--xla_dump_to=/mine: keeping it",)
+    off = xla_worker_env(base={"XLA_FLAGS": "--xla_gpu_autotune_level=0"}, debug=False)   # no debug mode
+    assert "XLA_FLAGS" not in off.updates and not off.kept
 
 
 @pytest.mark.parametrize(("raw", "expected"), [({}, "xla"), ({BACKEND: '"inductor"'}, "inductor"),
@@ -166,10 +183,11 @@ def test_an_unknown_backend_names_both_accepted(raw):
 
 def test_inductor_compiles_trainer_and_accelerate_scripts_through_accelerates_variable():
     assert dict(env_for("inductor", gpus=8).applied) == {"USE_TORCH_XLA": "0", "ACCELERATE_DYNAMO_BACKEND": "inductor"}
-    applied = env_for("inductor", debug=True).applied
-    assert applied["TORCH_TRACE"] == "/opt/ml/output/data/compiler/torch_trace"
-    assert applied["TORCH_LOGS_OUT"] == "/opt/ml/output/data/compiler/torch_logs.txt"
-    assert applied["TORCH_LOGS"] == "graph_breaks,recompiles"
+    # debug mode's switches, which the Inductor session sets in the worker's own process before torch is imported
+    switches = inductor_debug_environment(COMPILER_FOLDER)
+    assert switches["TORCH_TRACE"] == f"{COMPILER_FOLDER}/torch_trace"
+    assert switches["TORCH_LOGS_OUT"] == f"{COMPILER_FOLDER}/torch_logs.txt"
+    assert switches["TORCH_LOGS"] == "graph_breaks,recompiles"
     kept = env_for("inductor", base={"ACCELERATE_DYNAMO_BACKEND": "aot_eager", "TORCH_LOGS": "+dynamo"})
     assert dict(kept.kept) == {"ACCELERATE_DYNAMO_BACKEND": "aot_eager"}
 

@@ -69,8 +69,8 @@ def test_user_variables_win_over_compiler_defaults(make_job):
     result = run_train(job, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
     assert result.returncode == 0, result.output[-5000:]
     # Issue 40: their flags stay and debug mode's dump folder joins them (they set none), said in the log
-    assert ("Found pre-existing configuration XLA_FLAGS=--xla_cpu_enable_fast_math=false: keeping it, "
-            "with --xla_dump_to=") in result.output
+    assert ("rank0: found pre-existing configuration XLA_FLAGS=--xla_cpu_enable_fast_math=false: keeping it, "
+            f"with --xla_dump_to={job.compiler_output}/xla_dump added") in result.output
     dumps = os.listdir(job.compiler_output / "xla_dump")
     assert any(name.endswith(".txt") for name in dumps), dumps
     assert (job.compiler_output / "XLA_METRICS_FILE.txt").exists()   # the other debug switches still apply

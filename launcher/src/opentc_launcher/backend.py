@@ -78,9 +78,6 @@ class CompilerBackend(ABC):
     optional_defaults: ClassVar[Mapping[str, str]] = MappingProxyType({})
     # The variable of debug mode's that logs what a finding of this backend's points to (setting_names), or None.
     debug_log: ClassVar[Setting | None] = None
-    # Variables of launch_environment's that hold a list of --flag[=value] items: a user's own value of one is merged
-    # with this backend's flag by flag (theirs win for a flag both set), not kept whole in place of it.
-    flag_list_variables: ClassVar[frozenset[str]] = frozenset()
 
     def missing(self) -> str | None:
         """What this backend needs that is not installed here, in words (the xla backend in the inductor image), or
@@ -101,8 +98,10 @@ class CompilerBackend(ABC):
         """The warning every process prints when the launch runs anyway with a known flaw, or None."""
         return None
 
-    def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
-        """Variables every worker's environment needs for this backend (a launcher keeps any the user set)."""
+    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
+        """Variables every worker's environment needs for this backend (a launcher keeps any the user set). Debug
+        mode's switches are not among them: the worker option --debug-mode reaches the backend's session, which sets
+        them in its own process (start)."""
         return {}
 
     def cache_copy(self, options: WorkerOptions, env: Mapping[str, str]) -> WorkingCopy | None:

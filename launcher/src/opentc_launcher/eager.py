@@ -23,7 +23,7 @@ class EagerBackend(CompilerBackend):
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
         return cuda_or_cpu(requested, gpu_count, "plain PyTorch", env)
 
-    def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
+    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
         return library_environment(gpu_count)
 
     def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],

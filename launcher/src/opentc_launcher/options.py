@@ -7,6 +7,7 @@ not through the launcher's own environment, so nothing is configured by mutating
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -91,8 +92,8 @@ class WorkerOptions:
     debug_mode: bool = _option(
         False, kind=FLAG, metavar="true|false",
         help="the backend's debug switches (torch-xla's metrics, IR and HLO dumps; torch.compile's trace and logs), "
-             "their artefacts under --debug-dir; the worker sets them in its own process before the backend starts, "
-             "and keeps any the environment already sets",
+             "their artefacts under --debug-dir; the backend's session sets them in the worker's own process before "
+             "its runtime is imported, and keeps any the environment already sets",
         setting=AsSetting(DEBUG_MODE_DOC))
     debug_dir: str = _option("", metavar="DIR",
                              help=f"where debug mode's artefacts go (default: ./{DEFAULT_DEBUG_FOLDER} in the "
@@ -160,6 +161,10 @@ class WorkerOptions:
         from .gpus import visible_gpu_count
 
         return self.gpu_count if self.gpu_count >= 0 else visible_gpu_count()
+
+    def debug_folder(self) -> str:
+        """Where debug mode's artefacts go: --debug-dir, else ./opentc-debug in the working folder."""
+        return self.debug_dir or os.path.abspath(DEFAULT_DEBUG_FOLDER)
 
     def is_off(self, default: str) -> bool:
         """Whether the backend's compile-time default `default` was asked to stay off."""

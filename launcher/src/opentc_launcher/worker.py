@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
         if warning:
             log.warning("rank %d: %s", identity.rank, warning)
         program = Program(args.script, tuple(args.script_args), module=args.module)
-        # What the backend needs in this process's environment (debug mode's switches among it) that no launcher
-        # above set: opentc-run and opentc-worker on their own (train's plan set it all). Before the backend
-        # imports its runtime, which reads it.
+        # What the backend needs in this process's environment that no launcher above set: opentc-run and
+        # opentc-worker on their own (train's plan set it all). Before the backend imports its runtime, which reads
+        # it; debug mode's switches are the session's own (backend.start).
         own = compiler_environment(options, os.environ)
         if own.applied and identity.rank == 0:
             log.info("rank0: the %s environment this worker sets for itself (a launcher above set none of it): %s",

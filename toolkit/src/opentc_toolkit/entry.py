@@ -70,8 +70,6 @@ def announce(job: TrainingJob, settings: JobSettings, plan: LaunchPlan, base_env
         log.info("%s=%s leaves nothing off here: %s", DEFAULTS_OFF, defaults_off, why)
     for name, value in plan.kept_variables.items():
         log.info("Found pre-existing configuration %s=%s: keeping it", name, value)
-    for name, flags in plan.added_flags.items():
-        log.info("Found pre-existing configuration %s=%s: keeping it, with %s added", name, base_env.get(name), flags)
     for name, value in sorted(plan.replaced_variables.items()):
         new = plan.command.env.get(name)
         log.warning("Found pre-existing %s=%s: %s, because it describes this job, which the toolkit decides from "

@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from opentc_launcher.api import (
@@ -119,7 +119,6 @@ class LaunchPlan:
     failure_source: FailureSource     # where the failed worker's own account of it will be
     kept_variables: Mapping[str, str]  # variables the compiler would set that the user had set: kept
     replaced_variables: Mapping[str, str]  # facts of the job the container's environment had otherwise: replaced
-    added_flags: Mapping[str, str] = field(default_factory=dict)  # a user's list of flags (XLA_FLAGS) -> flags added
 
 
 # Variables that describe the distributed world, torchrun's and torch-xla's. The toolkit decides the world: a value
@@ -247,7 +246,6 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
         failure_source=failure_source,
         kept_variables=changes.kept,
         replaced_variables=MappingProxyType(replaced),
-        added_flags=changes.added_flags,
     )
 
 

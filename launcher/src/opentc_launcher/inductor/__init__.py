@@ -23,10 +23,6 @@ from .cache_dirs import CACHE_VARIABLE, cache_folder_for
 from .compile_time import OPTIONAL_DEFAULTS
 from .named_settings import DEBUG_LOG
 
-# What debug mode writes (under the compiler folder, output/data/compiler/ in a SageMaker job).
-TRACE_FOLDER = "torch_trace"          # TORCH_TRACE: torch's structured trace, one file per rank (tlparse reads it)
-LOGS_FILE = "torch_logs.txt"          # TORCH_LOGS_OUT: the graph-break and recompile logs (.rank<N> per worker)
-
 
 class InductorBackend(CompilerBackend):
     name = "inductor"
@@ -37,19 +33,12 @@ class InductorBackend(CompilerBackend):
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
         return cuda_or_cpu(requested, gpu_count, "TorchInductor", env)
 
-    def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
-        wanted = {
+    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
+        return {
             **library_environment(gpu_count),
             # accelerate's Accelerator() (and so the Trainer) compiles the model with this backend.
             "ACCELERATE_DYNAMO_BACKEND": "inductor",
         }
-        if debug:
-            wanted.update({
-                "TORCH_TRACE": os.path.join(debug_dir, TRACE_FOLDER),
-                "TORCH_LOGS": "graph_breaks,recompiles",
-                "TORCH_LOGS_OUT": os.path.join(debug_dir, LOGS_FILE),
-            })
-        return wanted
 
     def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
         return [f"torch.compile (TorchInductor) on {options.device} ({gpu_count} GPU(s) on this host): Trainer "
@@ -67,7 +56,7 @@ class InductorBackend(CompilerBackend):
     def follow_ups(self, *, debug: bool, debug_dir: str) -> list[FollowUp]:
         if not debug:
             return []
-        from .trace_report import render_commands
+        from .trace_report import TRACE_FOLDER, render_commands
 
         return render_commands(os.path.join(debug_dir, TRACE_FOLDER), os.path.join(debug_dir, "tlparse"))
 

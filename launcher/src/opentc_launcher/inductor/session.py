@@ -45,6 +45,7 @@ from .compile_time import CompileTimeDefaults
 from .libcuda import driver_folders, linkable_libcuda
 from .named_settings import DEBUG_LOG
 from .per_layer import per_layer_finding
+from .trace_report import debug_environment
 
 log = logging.getLogger("opentc_launcher")
 
@@ -211,6 +212,8 @@ class InductorSession(WorkerSession):
                 wanted[CACHE_VARIABLE] = folder
                 wanted["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
                 self.cache = {"dir": published, "working_dir": folder, "mode": mode}
+        if options.debug_mode:   # before torch is imported: it reads TORCH_LOGS and TORCH_TRACE then
+            wanted.update(debug_environment(options.debug_folder()))
         # Each worker would otherwise start min(32, CPUs) compile processes of its own.
         wanted["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // identity.local_world_size))
         if options.device == "cuda":

@@ -1,5 +1,6 @@
-"""Debug mode's report of what torch.compile did: tlparse (PyPI's `tlparse`) run over each TORCH_TRACE file the
-workers wrote, one HTML report per process (index.html), beside the trace in the compiler folder.
+"""Debug mode for torch.compile: the switches each worker sets in its own process before torch is imported (its
+session reads --debug-mode), and the report of what it did: tlparse (PyPI's `tlparse`) run over each TORCH_TRACE
+file the workers wrote, one HTML report per process (index.html), beside the trace in the compiler folder.
 
 The commands are only described here; the launcher runs them after the workers ended, under its stop handling
 and time bound (a large trace can take tlparse minutes).
@@ -17,8 +18,17 @@ from ..backend import FollowUp
 
 log = logging.getLogger("opentc_launcher")
 
+# What debug mode writes (under the compiler folder, output/data/compiler/ in a SageMaker job).
+TRACE_FOLDER = "torch_trace"          # TORCH_TRACE: torch's structured trace, one file per rank (tlparse reads it)
+LOGS_FILE = "torch_logs.txt"          # TORCH_LOGS_OUT: the graph-break and recompile logs (.rank<N> per worker)
 # Another tlparse than the one installed beside Python (a newer build, say).
 TLPARSE_VARIABLE = "OPENTC_TLPARSE"
+
+
+def debug_environment(folder: str) -> dict[str, str]:
+    """torch's debug switches, with their artefacts under `folder`."""
+    return {"TORCH_TRACE": os.path.join(folder, TRACE_FOLDER), "TORCH_LOGS": "graph_breaks,recompiles",
+            "TORCH_LOGS_OUT": os.path.join(folder, LOGS_FILE)}
 
 
 def tlparse_command(env: Mapping[str, str] = os.environ) -> str | None:

@@ -7,7 +7,6 @@ starts with torch_xla.launch (xla.spawned), and XLA:CUDA's PJRT plugin (xla.cuda
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, MutableMapping
 
 from ..backend import CompilerBackend, LaunchRefused, no_gpu_message
@@ -29,25 +28,10 @@ def cpu_multi_worker_message(world_size: int) -> str:
     )
 
 
-def debug_environment(folder: str) -> dict[str, str]:
-    """torch-xla's debug and dump switches, with every artefact under `folder`."""
-    return {
-        "PT_XLA_DEBUG_LEVEL": "1",           # compilation analysis: why each graph was compiled
-        "XLA_IR_DEBUG": "1",                 # Python frames in the IR ...
-        "XLA_HLO_DEBUG": "1",                # ... and in the HLO metadata
-        "XLA_SAVE_TENSORS_FILE": os.path.join(folder, "XLA_SAVE_TENSORS_FILE.hlo"),
-        "XLA_SAVE_TENSORS_FMT": "hlo",
-        "XLA_METRICS_FILE": os.path.join(folder, "XLA_METRICS_FILE.txt"),
-        "XLA_DUMP_FATAL_STACK": "1",
-        "XLA_FLAGS": f"--xla_dump_to={os.path.join(folder, 'xla_dump')}",
-    }
-
-
 class XlaBackend(CompilerBackend):
     name = "xla"
     debug_log = DEBUG_LOG
     title = "PyTorch/XLA"
-    flag_list_variables = frozenset({"XLA_FLAGS"})   # XLA reads each whitespace-separated --name=value
 
     def missing(self) -> str | None:
         if has_module("torch_xla"):
@@ -88,7 +72,7 @@ class XlaBackend(CompilerBackend):
                 + " Running anyway because cpu-multi-worker=unsynchronized was requested:"
                 " the replicas' weights WILL diverge. Use this to test a launch, never to train a model.")
 
-    def launch_environment(self, *, gpu_count: int, debug: bool, debug_dir: str) -> dict[str, str]:
+    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
         # transformers and accelerate take the XLA device only when told to.
         wanted = {"USE_TORCH_XLA": "1"}
         # torch_xla imports torch._inductor, whose import warms Inductor's compile-worker pool: a process that imports
@@ -98,8 +82,7 @@ class XlaBackend(CompilerBackend):
         wanted["TORCH_WARM_POOL"] = "0"
         if gpu_count > 0:
             wanted["GPU_NUM_DEVICES"] = str(gpu_count)   # as AWS's images set it
-        if debug:
-            wanted.update(debug_environment(debug_dir))
+        # Debug mode's switches are not among these: each worker sets them in its own process (runtime_env).
         return wanted
 
     def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:

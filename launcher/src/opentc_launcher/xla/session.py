@@ -49,8 +49,11 @@ class XlaSession(WorkerSession):
             check_cuda_plugin()
             check_driver(driver_cuda_version())
         # The worker's own process: torch_xla reads these at import, below.
-        environ.update(xla_runtime_env(options, identity, environ))
+        runtime = xla_runtime_env(options, identity, environ)
+        environ.update(runtime.updates)
         session = cls(options, identity, f"rank{identity.rank}")
+        for line in runtime.kept:
+            log.info("%s: found pre-existing configuration %s", session.process, line)
         import torch_xla  # noqa: F401  (after the environment is final)
 
         keep_parameters_on_move(True)
