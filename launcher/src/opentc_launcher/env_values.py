@@ -1,4 +1,5 @@
-"""Numbers read from environment variables, checked the same way everywhere (RANK, OPENTC_PEER_TIMEOUT, ...)."""
+"""Values in environment variables: numbers read and checked the same way everywhere (RANK, OPENTC_PEER_TIMEOUT,
+...), and the one rule for a variable a worker would set that the user already set (keep_theirs)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,30 @@ def number_from_env(env: Mapping[str, str], name: str, kind: type[Number], defau
         bounds = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
         raise BadEnvironmentValue(f"environment variable {name}={shown(text)} is not accepted: use {what} {bounds}.")
     return value
+
+
+def keep_theirs(wanted: Mapping[str, str], env: Mapping[str, str],
+                flag_lists: frozenset[str] = frozenset()) -> tuple[dict[str, str], tuple[str, ...]]:
+    """`wanted` settled against `env`: the variables to set (those `env` lacks; for one in `flag_lists`, a list of
+    --name[=value] items such as XLA_FLAGS, the user's list with ours whose name it lacks added), and a line for each
+    the user set otherwise, which stays ("NAME=value: keeping it", "..., with --x=y added")."""
+    to_set: dict[str, str] = {}
+    kept: list[str] = []
+    for name, value in wanted.items():
+        if name not in env:
+            to_set[name] = value
+        elif name in flag_lists and (extra := missing_flags(env[name], value)):
+            to_set[name] = f"{env[name].strip()} {extra}"
+            kept.append(f"{name}={env[name]}: keeping it, with {extra} added")
+        elif env[name] != value:
+            kept.append(f"{name}={env[name]}: keeping it")
+    return to_set, tuple(kept)
+
+
+def missing_flags(users: str, ours: str) -> str:
+    """Our --name[=value] items whose name the user's list does not set, space-separated ('' when none)."""
+    def name(item: str) -> str:
+        return item.split("=", 1)[0]
+
+    theirs = {name(item) for item in users.split()}
+    return " ".join(item for item in ours.split() if name(item) not in theirs)

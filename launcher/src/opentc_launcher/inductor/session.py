@@ -34,6 +34,7 @@ from ..compile_report import (
     limit_message,
     recompilation_warning,
 )
+from ..env_values import keep_theirs
 from ..files import unwritable
 from ..identity import WorkerIdentity, per_rank_files
 from ..options import WorkerOptions
@@ -218,13 +219,13 @@ class InductorSession(WorkerSession):
         wanted["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // identity.local_world_size))
         if options.device == "cuda":
             wanted.update(linkable_libcuda(environ, driver_folders()))
-        for name, value in wanted.items():
-            if environ.get(name, value) != value:
-                log.info("%s: found pre-existing configuration %s=%s: keeping it", self.process, name, environ[name])
-                if name == CACHE_VARIABLE:
-                    self.cache = {"dir": environ[name], "mode": f"the user's {CACHE_VARIABLE}"}
-                continue
-            environ[name] = value
+        to_set, kept = keep_theirs(wanted, environ)
+        for line in kept:
+            log.info("%s: found pre-existing configuration %s", self.process, line)
+        ours = wanted.get(CACHE_VARIABLE)
+        if ours is not None and environ.get(CACHE_VARIABLE, ours) != ours:
+            self.cache = {"dir": environ[CACHE_VARIABLE], "mode": f"the user's {CACHE_VARIABLE}"}
+        environ.update(to_set)
         environ.update(per_rank_files(PER_RANK_FILE_VARIABLES, identity, environ))
 
     def start(self) -> None:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..env_values import keep_theirs
 from ..identity import WorkerIdentity, per_rank_files
 from ..options import WorkerOptions
 
@@ -59,34 +60,9 @@ def xla_runtime_env(options: WorkerOptions, identity: WorkerIdentity, env: Mappi
     updates["PJRT_LOCAL_PROCESS_RANK"] = env.get("PJRT_LOCAL_PROCESS_RANK", str(identity.local_rank))
     if identity.world_size > 1:
         updates["PJRT_LOCAL_PROCESS_COUNT"] = env.get("PJRT_LOCAL_PROCESS_COUNT", str(identity.local_world_size))
-    kept: list[str] = []
+    kept: tuple[str, ...] = ()
     if options.debug_mode:
-        switches, kept = _debug_switches(debug_environment(options.debug_folder()), env)
+        switches, kept = keep_theirs(debug_environment(options.debug_folder()), env, frozenset({FLAG_LIST}))
         updates.update(switches)
     updates.update(per_rank_files(PER_RANK_FILE_VARIABLES, identity, {**env, **updates}))
-    return RuntimeEnvironment(updates, tuple(kept))
-
-
-def _debug_switches(wanted: Mapping[str, str], env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The switches `env` does not set yet, and a line for each it had set, which stays (XLA_FLAGS: with ours it
-    lacks added)."""
-    switches: dict[str, str] = {}
-    kept: list[str] = []
-    for name, value in wanted.items():
-        if name not in env:
-            switches[name] = value
-        elif name == FLAG_LIST and (extra := missing_flags(env[name], value)):
-            switches[name] = f"{env[name].strip()} {extra}"
-            kept.append(f"{name}={env[name]}: keeping it, with {extra} added")
-        elif env[name] != value:
-            kept.append(f"{name}={env[name]}: keeping it")
-    return switches, kept
-
-
-def missing_flags(users: str, ours: str) -> str:
-    """Our --name[=value] items whose name the user's list does not set, space-separated ('' when none)."""
-    def name(item: str) -> str:
-        return item.split("=", 1)[0]
-
-    theirs = {name(item) for item in users.split()}
-    return " ".join(item for item in ours.split() if name(item) not in theirs)
+    return RuntimeEnvironment(updates, kept)
