@@ -7,7 +7,7 @@ from opentc_launcher.api import compiler_environment
 from opentc_launcher.identity import WorkerIdentity
 from opentc_launcher.inductor.trace_report import debug_environment as inductor_debug_environment
 from opentc_launcher.options import WorkerOptions
-from opentc_launcher.xla.runtime_env import xla_runtime_env
+from opentc_launcher.xla.session import xla_runtime_env
 from opentc_toolkit.job import decode_hyperparameters as decoded
 from opentc_toolkit.job_settings import (
     BACKEND,
@@ -95,7 +95,7 @@ COMPILER_FOLDER = "/opt/ml/output/data/compiler"   # debug mode's folder in a jo
 
 
 def xla_worker_env(base=None, debug=True, rank=0, world=1):
-    """What an XLA worker sets in its own process (xla/runtime_env.py) for the launch's options on the CPU."""
+    """What an XLA worker sets in its own process (xla/session.py) for the launch's options on the CPU."""
     identity = WorkerIdentity(rank=rank, local_rank=rank, world_size=world, local_world_size=world)
     options = WorkerOptions(backend="xla", device="cpu", debug_mode=debug, debug_dir=COMPILER_FOLDER)
     return xla_runtime_env(options, identity, base or {})

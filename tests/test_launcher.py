@@ -10,7 +10,7 @@ import pytest
 
 from conftest import BIN, SCRIPTS, clean_env, free_port, no_torch_xla
 from opentc_launcher.commands import run_command, worker_command
-from opentc_launcher.inductor.cache_dirs import cache_folder_for
+from opentc_launcher.inductor.session import cache_folder_for
 from opentc_launcher.published_cache import MANIFEST
 
 

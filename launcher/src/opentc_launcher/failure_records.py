@@ -13,11 +13,28 @@ import traceback
 from dataclasses import asdict, dataclass
 
 from .files import strict_json, write_json
-from .missing_libraries import explanation
 from .text import safe_str
 
 # How a DataLoader worker's (or any re-raised) exception quotes the original traceback in its message.
 _ORIGINAL_TRACEBACK = "Original Traceback (most recent call last):"
+
+# Libraries that scripts written for AWS's containers use and this image does not have: a script that reaches for one
+# fails with a first line naming the library and what to use instead, not a bare ModuleNotFoundError.
+SMDISTRIBUTED = (
+    "SageMaker's distributed training libraries (smdistributed: data parallelism, SMDDP, and model parallelism, SMP), "
+    "which this image does not have: it runs data-parallel jobs as PyTorch DDP. Use torch.distributed with "
+    'backend="nccl" ("gloo" on CPUs) instead of smdistributed.dataparallel and backend="smddp", or let the Trainer '
+    "or Accelerate choose the backend; shard a model that outgrows one GPU with torch.distributed.fsdp.fully_shard "
+    "instead of SMP")
+
+
+def _library_hint(exc: BaseException) -> str | None:
+    """What the script reached for that this image does not have, and what to do instead; None for other errors."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "smdistributed":
+        return f"the script imports {exc.name}, {SMDISTRIBUTED}."
+    if "backend type smddp" in safe_str(exc).lower():   # torch.distributed's "Unknown backend type smddp"
+        return f'the script asks torch.distributed for backend="smddp", from {SMDISTRIBUTED}.'
+    return None
 
 
 def record_error(summary: str, traceback_text: str, exit_code: int) -> None:
@@ -84,7 +101,7 @@ def summarize_exception(exc: BaseException) -> str:
     A DataLoader worker's exception comes back as "Caught ValueError in DataLoader worker process 0." with
     the original traceback inside its message; a chained exception (`raise X from e`) hides its cause
     further down. Either way the original error's own line goes first. An error that comes from a library this image
-    does not have (missing_libraries) is preceded by what to use instead.
+    does not have (SMDISTRIBUTED above) is preceded by what to use instead.
     """
     hint = missing_library(exc)
     line = _summary_line(exc, _root_cause(exc))
@@ -92,8 +109,8 @@ def summarize_exception(exc: BaseException) -> str:
 
 
 def missing_library(exc: BaseException) -> str | None:
-    """What the script reached for that this image does not have (missing_libraries), from the error or its cause."""
-    return explanation(_root_cause(exc)) or explanation(exc)
+    """What the script reached for that this image does not have, from the error or its cause."""
+    return _library_hint(_root_cause(exc)) or _library_hint(exc)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

@@ -13,15 +13,15 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 from ..backend import CompilerBackend, FollowUp, cuda_or_cpu
+from ..eager import library_environment
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
-from ..plain_pytorch import library_environment
 from ..published_cache import WorkingCopy
 from ..script import Program
 from ..worker_session import WorkerSession
-from .cache_dirs import CACHE_VARIABLE, cache_folder_for
 from .compile_time import OPTIONAL_DEFAULTS
 from .named_settings import DEBUG_LOG
+from .session import CACHE_VARIABLE, InductorSession, cache_folder_for
 
 
 class InductorBackend(CompilerBackend):
@@ -62,6 +62,4 @@ class InductorBackend(CompilerBackend):
 
     def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
               program: Program) -> WorkerSession:
-        from .session import InductorSession
-
         return InductorSession.prepare(options, identity, environ, program)

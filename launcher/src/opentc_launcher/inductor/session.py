@@ -13,6 +13,7 @@ newer torch that lacks one gives "unknown" figures, never a failed job.
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import logging
 import os
 import re
@@ -23,6 +24,7 @@ from typing import Any
 
 from .. import exit_codes
 from ..after_import import when_imported
+from ..cache_folders import cache_folder
 from ..compile_report import (
     GRAPH_BREAKS,
     NOTHING_COMPILED,
@@ -41,7 +43,6 @@ from ..options import WorkerOptions
 from ..script import Program
 from ..setting_names import setting
 from ..worker_session import WorkerSession
-from .cache_dirs import CACHE_VARIABLE, cache_folder_for
 from .compile_time import CompileTimeDefaults
 from .libcuda import driver_folders, linkable_libcuda
 from .named_settings import DEBUG_LOG
@@ -49,6 +50,14 @@ from .per_layer import per_layer_finding
 from .trace_report import debug_environment
 
 log = logging.getLogger("opentc_launcher")
+
+CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"   # where torch keeps Inductor's cache
+
+
+def cache_folder_for(root: str, device: str) -> str:
+    """This torch's Inductor cache folder under a cache root (cache_folders' policy): the session's and the backend's
+    working copy's (inductor/__init__)."""
+    return cache_folder(root, "inductor-torch", metadata.version("torch"), device)
 
 # Variables the session sets per process, kept when the user set them; those made per-rank are always adjusted.
 PER_RANK_FILE_VARIABLES = ("TORCH_LOGS_OUT",)

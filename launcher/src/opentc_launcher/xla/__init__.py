@@ -17,7 +17,7 @@ from ..script import Program
 from ..setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, setting
 from ..worker_session import WorkerSession
 from .named_settings import DEBUG_LOG, INDUCTOR_INSTEAD, LIBRARY_PATCHES_OFF, UNSYNCHRONIZED
-from .runtime_env import PJRT_DEVICES, pjrt_device
+from .session import PJRT_DEVICES, XlaSession, pjrt_device
 
 
 def cpu_multi_worker_message(world_size: int) -> str:
@@ -82,7 +82,7 @@ class XlaBackend(CompilerBackend):
         wanted["TORCH_WARM_POOL"] = "0"
         if gpu_count > 0:
             wanted["GPU_NUM_DEVICES"] = str(gpu_count)   # as AWS's images set it
-        # Debug mode's switches are not among these: each worker sets them in its own process (runtime_env).
+        # Debug mode's switches are not among these: each worker sets them in its own process (xla.session).
         return wanted
 
     def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
@@ -100,6 +100,4 @@ class XlaBackend(CompilerBackend):
 
     def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
               program: Program) -> WorkerSession:
-        from .session import XlaSession
-
         return XlaSession.prepare(options, identity, environ)
