@@ -1,7 +1,8 @@
 """TRL's own SFT script (tests/third_party/trl/sft.py, v1.9.0, unchanged) fine-tuning with PEFT LoRA and TRL's
 defaults, gradient checkpointing among them, through the real `train`: eager, XLA and Inductor give the same losses.
 trl and peft come as a user's would, from the job's requirements.txt, installed by the toolkit under the stack's pins
-(dev/setup has installed the same pins, so the toolkit's pip finds them there);
+(dev/setup has installed the same pins in a folder of their own, which the jobs here have on PYTHONPATH, so the
+toolkit's pip finds them there, and the other tests' jobs do not import peft);
 the model and the data set are local folders given as channels (nothing from a hub)."""
 
 import hashlib
@@ -18,6 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.inductor]
 
 TRL = Path(__file__).resolve().parent / "third_party" / "trl"
 SFT, REQUIREMENTS = TRL / "sft.py", TRL / "requirements.txt"   # trl and peft, pinned (dev/setup installs them too)
+TRL_SITE = BIN.parent / "trl-site"                              # where: dev/setup
 STEPS = 6
 # The LoRA recipe of sft.py's docstring (its learning rate, --use_peft; r and alpha smaller for a tiny model) and
 # TRL's defaults otherwise (gradient_checkpointing=True, lora_dropout 0.05, its chunked loss), but for what a CPU
@@ -63,10 +65,11 @@ def sft_job(make_job, sft_inputs: Path, backend: str):
 
 
 def test_trls_sft_script_with_lora_has_eagers_losses_on_xla_and_inductor(make_job, sft_inputs):
+    assert (TRL_SITE / "trl").is_dir() and (TRL_SITE / "peft").is_dir(), f"no trl and peft in {TRL_SITE}: run dev/setup"
     losses = {}
     for backend in BACKENDS:
         job = sft_job(make_job, sft_inputs, backend)
-        result = run_train(job)
+        result = run_train(job, PYTHONPATH=str(TRL_SITE))
         assert result.returncode == 0 and job.succeeded, result.output[-6000:]
         summary = job.read_json("output/data/job-summary.json")
         assert summary["backend"] == backend, summary["backend"]
