@@ -22,6 +22,7 @@ from ..worker_session import WorkerSession
 from .compile_time import OPTIONAL_DEFAULTS
 from .named_settings import DEBUG_LOG
 from .session import CACHE_VARIABLE, InductorSession, cache_folder_for
+from .trace_report import TRACE_FOLDER, render_commands
 
 
 class InductorBackend(CompilerBackend):
@@ -56,8 +57,6 @@ class InductorBackend(CompilerBackend):
     def follow_ups(self, *, debug: bool, debug_dir: str) -> list[FollowUp]:
         if not debug:
             return []
-        from .trace_report import TRACE_FOLDER, render_commands
-
         return render_commands(os.path.join(debug_dir, TRACE_FOLDER), os.path.join(debug_dir, "tlparse"))
 
     def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
