@@ -252,12 +252,12 @@ def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
     namespace, read with the option's default, and an opentc-run/opentc-worker option: nothing else declares it."""
     import argparse
 
-    from opentc_launcher.arguments import add_worker_arguments
-    from opentc_launcher.options import settable_options
+    from opentc_launcher.options import add_worker_arguments, settable_options
+    from opentc_launcher.registry import BACKEND_DEFAULTS
     from opentc_toolkit.job_settings import COMPILER_KEYS, WORKER_SETTINGS
 
     parser = argparse.ArgumentParser()
-    add_worker_arguments(parser)
+    add_worker_arguments(parser, BACKEND_DEFAULTS)
     read = JobSettings.from_hyperparameters({})
     declared = settable_options()
     assert {name for name, _, _ in declared} == {"debug_mode", "cpu_multi_worker", "max_compilations", "warmup_steps",

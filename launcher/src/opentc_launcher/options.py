@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .env_values import MAX_DIGITS, flag, whole_number
 from .installed import default_compiler
 
 DEVICES = ("auto", "cuda", "cpu", "tpu")
@@ -28,9 +29,9 @@ def off_names(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for name in names if name))
 
 
-# How a worker option is written on a command line and parsed: CHOICE (one of `choices`), FLAG (true|false), WHOLE
-# (a whole number >= 0), NUMBER (any int), NAMES (comma-separated names), TEXT (a folder or other free text), BACKEND
-# (a backend's name: the registry's, which this module cannot import).
+# How a worker option is written on a command line and parsed (add_worker_arguments): CHOICE (one of `choices`), FLAG
+# (true|false), WHOLE (a whole number >= 0), NUMBER (any int), NAMES (comma-separated names), TEXT (a folder or other
+# free text), BACKEND (a backend's name: the registry's, which this module cannot import; its callers pass them).
 CHOICE, FLAG, WHOLE, NUMBER, NAMES, TEXT, BACKEND = "choice", "flag", "whole", "number", "names", "text", "backend"
 
 
@@ -192,3 +193,47 @@ def declared_options() -> list[tuple[str, Declared, object]]:
 def settable_options() -> list[tuple[str, Declared, object]]:
     """The worker options a front end's job sets by settings of their names (Declared.setting)."""
     return [option for option in declared_options() if option[1].setting is not None]
+
+
+# --- on a command line: opentc-run's and opentc-worker's parsers ---------------------------------------------------
+
+def _on_off(text: str) -> bool:
+    value = flag(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = whole_number(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (at most {MAX_DIGITS} digits), got {text!r}")
+    return value
+
+
+def _parsing(declared: Declared, backend_names: tuple[str, ...]) -> dict[str, Any]:
+    """argparse's arguments for a kind of option (Declared.kind)."""
+    if declared.kind == BACKEND:
+        return {"choices": backend_names}
+    if declared.kind == CHOICE:
+        return {"choices": declared.choices}
+    return {"type": {FLAG: _on_off, WHOLE: _non_negative_int, NUMBER: int}.get(declared.kind, str)}
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser, backends: Mapping[str, Collection[str]]) -> None:
+    """Add the worker options to a parser (the worker's own, or opentc-run's), as WorkerOptions declares them: those
+    of every backend in one group, each backend's own (Declared.backend) in a group of its own. `backends`: each
+    backend's name and its compile-time defaults, as the registry has them (registry.BACKEND_DEFAULTS)."""
+    backend_names = tuple(backends)
+    groups = {"": parser.add_argument_group("worker options")}
+    declared_defaults = "; ".join(f"{name}: {', '.join(defaults)}" for name, defaults in backends.items() if defaults)
+    for name, declared, default in declared_options():
+        if declared.backend not in groups:
+            if declared.backend not in backend_names:
+                raise ValueError(f"worker option {name} is declared for backend {declared.backend!r}, which is not "
+                                 f"one of {', '.join(backend_names)}")
+            groups[declared.backend] = parser.add_argument_group(
+                f"worker options for --backend {declared.backend} only")
+        groups[declared.backend].add_argument(
+            f"--{name.replace('_', '-')}", default=default, metavar=declared.metavar,
+            help=declared.help.replace("{declared}", declared_defaults), **_parsing(declared, backend_names))

@@ -13,6 +13,7 @@ from .xla import XlaBackend
 
 BACKENDS: dict[str, CompilerBackend] = {b.name: b for b in (EagerBackend(), XlaBackend(), InductorBackend())}
 BACKEND_NAMES = tuple(BACKENDS)                                                   # --backend's choices
+BACKEND_DEFAULTS = {name: backend.optional_defaults for name, backend in BACKENDS.items()}   # for the parsers
 COMPILER_NAMES = tuple(name for name, backend in BACKENDS.items() if backend.compiles)   # the hyperparameter's
 
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from . import exit_codes
-from .arguments import add_worker_arguments
 from .commands import CACHE_COPY_OPENED, DEFAULT_MASTER_PORT, worker_command
 from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import MAX_PORT, BadEnvironmentValue, number_from_env
@@ -38,9 +37,10 @@ from .launch_checks import (
     option_problem,
     rendezvous_timeout,
 )
-from .options import WorkerOptions
+from .options import WorkerOptions, add_worker_arguments
 from .process import configure_logging
 from .published_cache import WorkingCopy
+from .registry import BACKEND_DEFAULTS
 from .text import tail
 from .working_cache import own_working_copy, publish_working_copy
 
@@ -73,7 +73,7 @@ def build_parser(env: Mapping[str, str] = os.environ) -> argparse.ArgumentParser
     parser.prog = "opentc-run"
     parser.description = ("Launch a training script on its compiler backend (PyTorch/XLA, TorchInductor, or "
                           "none), one worker per device, with torchrun's options.")
-    add_worker_arguments(parser)
+    add_worker_arguments(parser, BACKEND_DEFAULTS)
     parser.add_argument("--failure-report", default="", metavar="FILE",
                         help="when a worker fails, write the failure (rank, exit code, error) to FILE as JSON")
     parser.add_argument(CACHE_COPY_OPENED, action="store_true",

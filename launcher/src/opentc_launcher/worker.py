@@ -18,13 +18,12 @@ from types import TracebackType
 from typing import NoReturn
 
 from . import exit_codes
-from .arguments import add_worker_arguments
 from .compiler_env import compiler_environment
 from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import BadEnvironmentValue
 from .failure_records import missing_library, record_error, summarize_exception
 from .identity import WorkerIdentity
-from .options import WorkerOptions
+from .options import WorkerOptions, add_worker_arguments
 from .process import (
     StoppedWithExitCode,
     Terminated,
@@ -33,7 +32,7 @@ from .process import (
     exit_code_of,
     raise_terminated_on_stop,
 )
-from .registry import backend_named
+from .registry import BACKEND_DEFAULTS, backend_named
 from .script import Program, run_module, run_script, why_not_a_script
 
 log = logging.getLogger("opentc_launcher")
@@ -46,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="opentc-worker", allow_abbrev=False,
         description="Run a training script in this process after preparing its compiler backend.")
-    add_worker_arguments(parser)
+    add_worker_arguments(parser, BACKEND_DEFAULTS)
     parser.add_argument("--module", "-m", action="store_true", help="the script is a module name, as python -m")
     parser.add_argument("script", help="the training script (or module with --module)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
