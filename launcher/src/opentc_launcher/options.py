@@ -1,7 +1,8 @@
 """Worker options: what the launcher (or the SageMaker toolkit) decides for every worker.
 
 They travel on the worker's command line (`python -m opentc_launcher.worker [options] script args`),
-not through the launcher's own environment, so nothing is configured by mutating `os.environ`.
+not through the launcher's own environment, so nothing is configured by mutating `os.environ`. Written there by
+`WorkerOptions.to_argv`, read back by the parser `add_worker_arguments` makes (opentc-worker's and opentc-run's).
 """
 
 from __future__ import annotations
