@@ -18,30 +18,15 @@
 # repos/debian/remote/bookworm-slim.md). To update: docs/image.md, "Updating the base image".
 ARG BASE_IMAGE=debian:bookworm-slim@sha256:abd67ffcfa541b485a3dff59865ab629aa048a6c613e639d36e7456b0b229241
 
-# sagemaker-training is published only as an sdist with a C extension: its wheel is built in this stage so
-# that no compiler or header ends up in the image.
-FROM ${BASE_IMAGE} AS wheels
-ARG DEBIAN_FRONTEND=noninteractive
-# apt versions come from the pinned base's Debian 12 point release and its security updates; pinning them
-# too would break the build at every Debian security update (DL3008).
-# hadolint ignore=DL3008
-RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates gcc python3-dev python3-venv \
- && rm -rf /var/lib/apt/lists/*
-COPY constraints.txt /tmp/constraints.txt
-RUN --mount=type=secret,id=ca \
-    { [ ! -f /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
- && python3 -m venv /tmp/build \
- && /tmp/build/bin/pip install --no-cache-dir -c /tmp/constraints.txt pip setuptools wheel \
- && /tmp/build/bin/pip wheel --no-cache-dir --no-deps -c /tmp/constraints.txt -w /wheels sagemaker-training
-
 FROM ${BASE_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive
 # libpython3.11: torch_xla's extension links against it. tini: PID 1 that forwards SIGTERM to `train`.
 # g++ (with gcc) and libpython3.11-dev (Python.h): the Inductor backend compiles C++ kernels on CPUs, and Triton
-# builds its launchers with gcc and Python.h on GPUs (Triton brings its own ptxas). The minimum: build-essential,
-# make and the rest of a toolchain are not needed.
-# Versions: as in the wheels stage (DL3008).
+# builds its launchers with gcc and Python.h on GPUs (Triton brings its own ptxas); sagemaker-training, published
+# only as an sdist, builds its C extension with them too. The minimum: build-essential, make and the rest of a
+# toolchain are not needed.
+# apt versions come from the pinned base's Debian 12 point release and its security updates; pinning them
+# too would break the build at every Debian security update (DL3008).
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv libpython3.11 tini \
@@ -75,9 +60,11 @@ RUN --mount=type=secret,id=ca --mount=type=bind,source=stacks,target=/tmp/stacks
  && pip install --no-cache-dir -c /opt/opentc/constraints.txt -r /tmp/stack-packages.txt \
  && rm /tmp/stack-packages.txt
 
-RUN --mount=type=secret,id=ca --mount=type=bind,from=wheels,source=/wheels,target=/tmp/wheels \
+# sagemaker-training's sdist is built here, with the image's own gcc and Python.h (pip's temporary build
+# folder goes with the step).
+RUN --mount=type=secret,id=ca \
     { [ ! -f /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
- && pip install --no-cache-dir -c /opt/opentc/constraints.txt --find-links /tmp/wheels \
+ && pip install --no-cache-dir -c /opt/opentc/constraints.txt \
       transformers datasets evaluate accelerate sagemaker-training psutil tlparse matplotlib scikit-learn
 
 # This repository's packages last: they change most often. Mounted, not copied, so no source tree stays in a

@@ -172,10 +172,13 @@ def test_the_toolkit_decides_the_world_whatever_the_container_had(make_job, work
 
 
 def test_a_single_xla_worker_ignores_a_stale_world(make_job):
-    job = make_job()
+    """One XLA all-reduce (tests/scripts/xla_all_reduce.py): a world of one, whatever the stale variables say."""
+    job = make_job(script="xla_all_reduce.py")
     result = run_train(job, **STALE_WORLD)
     assert result.returncode == 0, result.output[-4000:]
     assert "rank 0/1: PyTorch/XLA ready" in result.output
+    reduced = job.read_json("model/all-reduce-rank0.json")
+    assert reduced["world"] == 1 and reduced["sum"] == 1.0, reduced
     assert "unsynchronized" not in result.output and "rank1" not in result.output
     assert (job.compiler_output / "compile-report-rank0.json").exists()
 

@@ -14,6 +14,12 @@ def failing_job(make_job, script, **hyperparameters):
     return make_job(script=script, **hyperparameters)
 
 
+# The sample's compiler is on (XLA), as most users' jobs are: a crash and a SIGKILL are seen through it. Where the
+# promise is train's own (an exit code passed on, a file kept, argv kept whole), the compiler is off: the same path
+# through train, without torch_xla's import in the worker (about 5 s of CPU a job here).
+OFF = {"sagemaker_training_compiler_enabled": False}
+
+
 @pytest.mark.slow
 def test_crashing_script(make_job):
     job = failing_job(make_job, "crash.py")
@@ -45,10 +51,9 @@ def test_script_killed_by_sigkill_reports_137(make_job):
     assert "ran out of memory" in job.failure
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("code", [3, 137])
 def test_exit_code_of_the_script_is_trains(make_job, code):
-    job = failing_job(make_job, "exit_with.py", code=code)
+    job = failing_job(make_job, "exit_with.py", code=code, **OFF)
     result = run_train(job)
     assert result.returncode == code
     assert f"exit code {code}" in job.failure
@@ -67,9 +72,8 @@ def test_bad_compiler_hyperparameter_starts_nothing(make_job):
     assert not (job.model / "argv.json").exists()
 
 
-@pytest.mark.slow
 def test_user_failure_file_is_not_overwritten(make_job):
-    job = failing_job(make_job, "crash.py")
+    job = failing_job(make_job, "crash.py", **OFF)
     job.output.mkdir(parents=True, exist_ok=True)
     # A file a user left in output/data survives; a stale verdict of an earlier run does not.
     (job.output / "data").mkdir(exist_ok=True)
@@ -80,12 +84,11 @@ def test_user_failure_file_is_not_overwritten(make_job):
     assert not job.succeeded and job.failure
 
 
-@pytest.mark.slow
 def test_shell_metacharacters_arrive_as_one_argument_and_run_nothing(make_job, tmp_path):
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     hostile = f"a b; touch {marker}"
     others = f"$(touch {marker}) `touch {marker}` | touch {marker} && touch {marker}"
-    job = failing_job(make_job, "argv_echo.py", note=hostile, other=others, n=2)
+    job = failing_job(make_job, "argv_echo.py", note=hostile, other=others, n=2, **OFF)
     result = run_train(job)
     assert result.returncode == 0, result.output[-3000:]
     argv = job.read_json("model/argv.json")

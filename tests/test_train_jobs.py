@@ -64,8 +64,9 @@ def test_debug_mode_leaves_artefacts_in_output_data_compiler(make_job):
 
 
 def test_user_variables_win_over_compiler_defaults(make_job):
-    job = make_job()
-    job.set_hyperparameters(sagemaker_training_compiler_debug_mode=True, max_steps=2, log_every=1)
+    """Debug mode on one XLA all-reduce (tests/scripts/xla_all_reduce.py): the user's XLA_FLAGS and debug mode's
+    dumps together; the sample's debug mode is the test above."""
+    job = make_job(script="xla_all_reduce.py", sagemaker_training_compiler_debug_mode=True)
     result = run_train(job, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
     assert result.returncode == 0, result.output[-5000:]
     # Issue 40: their flags stay and debug mode's dump folder joins them (they set none), said in the log

@@ -87,7 +87,8 @@ def test_a_derived_images_pip_install_cannot_move_torch(each_image, containers, 
         COPY wants_new_torch /tmp/wants_new_torch
         RUN pip install --no-cache-dir --no-index --no-build-isolation /tmp/wants_new_torch
         """))
-    built = docker("build", "--tag", containers("image", "opentc-test-derived"), str(tmp_path / "context"),
-                   timeout=600)
+    # --force-rm: the failed step's container goes too (the classic builder keeps it otherwise).
+    built = docker("build", "--force-rm", "--tag", containers("image", "opentc-test-derived"),
+                   str(tmp_path / "context"), timeout=600)
     assert built.returncode != 0, built.stdout[-3000:]
     assert "torch>=2.99" in built.stdout and "torch==" in built.stdout, built.stdout[-3000:]
