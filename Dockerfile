@@ -52,7 +52,7 @@ RUN --mount=type=secret,id=ca \
  && mkdir -p /opt/ml \
  && pip install --no-cache-dir -c /opt/opentc/constraints.txt pip setuptools wheel
 
-# The two large layers are installed with uv (pinned in constraints.txt), fetched into /tmp for its step and gone
+# The two large layers are installed with uv (pinned in constraints.txt), fetched into /tmp for each step and gone
 # with it: the image keeps pip alone, for requirements.txt and derived images. The same constraints, the bytecode
 # compiled as pip compiles it; torch 2.14.1 and torchvision took uv 37.5 s of CPU and 22 s, pip 49 s and 52 s here.
 # uv reads no PIP_CERT: a proxy's CA reaches it as SSL_CERT_FILE.
