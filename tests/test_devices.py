@@ -118,13 +118,17 @@ def test_a_device_the_launch_cannot_use_is_refused_by_every_launcher(nvml, tmp_p
         [BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--failure-report", error_file]
     argv = [*prefix, "--backend", backend, "--device", device, "--compile-report-dir", tmp_path / "report",
             SCRIPTS / "argv_echo.py"]
-    env = driver_env(nvml, 0, SM_MODEL_DIR=str(tmp_path), TORCHELASTIC_ERROR_FILE=str(error_file))
+    scratch = tmp_path / "tmp"   # the launcher's temporary folders (TMPDIR)
+    scratch.mkdir()
+    env = driver_env(nvml, 0, SM_MODEL_DIR=str(tmp_path), TORCHELASTIC_ERROR_FILE=str(error_file),
+                     TMPDIR=str(scratch))
     result = subprocess.run([str(a) for a in argv], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, timeout=120)
     assert result.returncode == 2, result.stdout[-3000:]
     assert expected in result.stdout, result.stdout[-3000:]
     assert not (tmp_path / "argv.json").exists()              # the script never ran
     assert not (tmp_path / "report").exists()                 # and no report names a device it never used
+    assert not list(scratch.iterdir())                        # nor did opentc-run leave a log folder behind
     record = json.loads(error_file.read_text())
     assert expected in json.dumps(record)
 

@@ -193,8 +193,6 @@ def configure(argv: list[str] | None = None) -> RunConfig:
     # stderr goes into the failure report.
     if args.tee == "0" and args.redirects == "0":
         args.tee = "2"
-    owns_log_dir = not args.log_dir
-    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
     world_size = parse_min_max_nnodes(args.nnodes)[1] * determine_local_world_size(args.nproc_per_node)
     try:
         # Every worker gets the decision as its options.
@@ -202,6 +200,9 @@ def configure(argv: list[str] | None = None) -> RunConfig:
                          gpu_count)
     except LaunchRefused as e:
         _fail(args, exit_codes.BAD_INPUT, str(e))
+    # Made once the launch is decided, so that a refused launch leaves no folder behind.
+    owns_log_dir = not args.log_dir
+    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
     warning = unsynchronized_warning(options, world_size)
     if warning:
         log.warning("%s", warning)
@@ -230,11 +231,17 @@ def launch(config: RunConfig) -> NoReturn:
                                       opened_above=config.args.compile_cache_copy_opened)
     try:
         _launch(config, options, cache)
-    finally:   # whatever the outcome: a copy that was not published is no one's (publication removes its own)
-        if cache is not None:
-            shutil.rmtree(cache.working, ignore_errors=True)
-        if config.owns_log_dir:   # the workers' stderr copies, read for the failure report by now
-            shutil.rmtree(config.log_dir, ignore_errors=True)
+    finally:
+        _remove_own_folders(config, cache)
+
+
+def _remove_own_folders(config: RunConfig, cache: WorkingCopy | None) -> None:
+    """Whatever the outcome: a copy of the cache that was not published is no one's (publication removes its own),
+    and the workers' stderr copies in a log folder made here have been read for the failure report by now."""
+    if cache is not None:
+        shutil.rmtree(cache.working, ignore_errors=True)
+    if config.owns_log_dir:
+        shutil.rmtree(config.log_dir, ignore_errors=True)
 
 
 def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None) -> NoReturn:
@@ -253,6 +260,7 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
             f"that host has not started its launcher (see its log), or another program holds the port there and "
             f"accepted the connection without answering: set MASTER_PORT to a free port. OPENTC_PEER_TIMEOUT (or "
             f"--rdzv-conf timeout=N) sets how long to wait."))
+        _remove_own_folders(config, cache)   # os._exit skips launch()'s finally
         logging.shutdown()
         sys.stderr.flush()
         os._exit(exit_codes.PEERS_UNREACHABLE)   # the main thread is blocked inside torch's store client
