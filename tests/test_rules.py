@@ -254,6 +254,26 @@ def test_a_stop_after_the_cache_was_published_does_not_say_the_publication_was_c
     assert outcome.message == f"Training stopped: SIGTERM received {said}"
 
 
+# -- the job summary's times (job_summary.run_times) -----------------------------------------------------------------
+def test_a_clock_set_during_the_job_gives_no_negative_time():
+    """The job's length is the monotonic clock's; the time to the first step compares the workers' wall clock with
+    the job's, so a clock set back (NTP) after the start would give a figure nobody measured: said as unknown."""
+    import time
+
+    from opentc_toolkit.job_summary import JobRecorder, run_times
+
+    now = time.time()
+    recorder = JobRecorder(started=now - 5, started_monotonic=time.monotonic() - 5)
+    wall, first = run_times(recorder, [now - 3, now - 2])
+    assert 5 <= wall < 65 and first == pytest.approx(2, abs=0.01)
+    assert run_times(recorder, [])[1] is None                                             # no step taken
+    recorder = JobRecorder(started=now + 3600, started_monotonic=time.monotonic() - 5)   # set back an hour since
+    wall, first = run_times(recorder, [now])
+    assert 5 <= wall < 65 and first is None
+    recorder = JobRecorder(started=now - 3600, started_monotonic=time.monotonic() - 5)   # set forward an hour
+    assert run_times(recorder, [now])[1] is None                                         # longer than the job
+
+
 # -- the XLA compile report's host-read finding (xla/diagnostics._findings) ------------------------------------------
 def host_read_findings(optimizer_steps: int, syncs: int, evaluations: int, host_checks: dict[str, int]):
     from opentc_launcher.compile_report import CompileTimeline

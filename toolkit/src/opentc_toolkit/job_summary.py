@@ -58,7 +58,8 @@ TRAINER_CODE = "trainer"
 class JobRecorder:
     """What the job's run learns about it as it goes, for its summary."""
 
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.time)            # the wall clock, as the workers' records are
+    started_monotonic: float = field(default_factory=time.monotonic)   # the job's own length, whatever the clock does
     lines: LossLines = field(default_factory=LossLines)
     job: TrainingJob | None = None
     settings: JobSettings | None = None
@@ -142,6 +143,15 @@ def _compiled(record: WorkerRecord | None) -> Compiled | None:
                     cache_hits=figures.get("cache_hits"))
 
 
+def run_times(recorder: JobRecorder, first_steps: list[float]) -> tuple[float, float | None]:
+    """The job's wall time so far, and the time to its first optimizer step (`first_steps`: the workers' wall-clock
+    readings), in seconds. A clock set during the job (NTP) would make the second a figure nobody measured, negative or
+    longer than the job: None then."""
+    wall = round(time.monotonic() - recorder.started_monotonic, 3)
+    first = round(min(first_steps) - recorder.started, 3) if first_steps else None
+    return wall, first if first is not None and 0 <= first <= wall else None
+
+
 def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu: str | None = None) -> JobSummary:
     """The summary; `gpu` the GPU's name (read from the driver when the job ran on GPUs)."""
     job, settings, plan = recorder.job, recorder.settings, recorder.plan
@@ -154,6 +164,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
     if unseen and device == "cpu":   # the processes that trained: their peak resident memory is theirs
         memory += [r.get("children_peak_memory_mb") or 0.0 for r in records]
     throughput = _throughput(records, recorder.lines.trainer_rates())
+    wall_seconds, first_step_seconds = run_times(recorder, first_steps)
     return JobSummary(
         format=FORMAT,
         job_name=(job.job_name if job else None) or os.path.basename(os.path.normpath(paths.base)),
@@ -170,8 +181,8 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
         versions=Versions({"torch": installed_version("torch"), "torch-xla": installed_version("torch-xla"),
                            "transformers": installed_version("transformers"),
                            "opentc": installed_version("opentc-toolkit")}),
-        wall_seconds=round(time.time() - recorder.started, 3),
-        first_step_seconds=round(min(first_steps) - recorder.started, 3) if first_steps else None,
+        wall_seconds=wall_seconds,
+        first_step_seconds=first_step_seconds,
         optimizer_steps=None if unseen else first.get("optimizer_steps", 0) if first else 0,
         step_seconds=_step_seconds(None if unseen else first),
         throughput=throughput,
