@@ -61,6 +61,30 @@ def test_several_workers_are_planned_through_opentc_run(make_job):
     assert "opentc-run --nproc-per-node 2" in command and "--standalone" in command, command
 
 
+@pytest.mark.parametrize("backend", ["xla", "inductor"])
+def test_debug_modes_switches_are_listed_as_each_worker_will_set_them(make_job, backend):
+    """The workers set debug mode's variables in their own processes (the backend's session), so the environment above
+    does not hold them; the dry run lists them as a worker would settle them against the container's."""
+    job = make_job(script="argv_echo.py", sagemaker_training_compiler_debug_mode=True,
+                   sagemaker_training_compiler_backend=backend)
+    done = dry_run(job, XLA_FLAGS="--xla_cpu_use_thunk_runtime=false", TORCH_LOGS="dynamo")
+    assert done.returncode == 0, done.stderr[-3000:]
+    listed = done.stdout.split("debug mode: each worker sets these in its own process", 1)[1].splitlines()[1:]
+    folder = job.compiler_output
+    if backend == "xla":
+        assert "  + PT_XLA_DEBUG_LEVEL=1" in listed, listed
+        assert f"  + XLA_METRICS_FILE={folder}/XLA_METRICS_FILE.txt" in listed, listed
+        assert (f"  + XLA_FLAGS=--xla_cpu_use_thunk_runtime=false --xla_dump_to={folder}/xla_dump" in listed), listed
+        assert (f"  = XLA_FLAGS=--xla_cpu_use_thunk_runtime=false: keeping it, with --xla_dump_to={folder}/xla_dump "
+                f"added") in listed, listed
+    else:
+        assert f"  + TORCH_TRACE={folder}/torch_trace" in listed, listed
+        assert "  = TORCH_LOGS=dynamo: keeping it" in listed, listed
+        assert not [line for line in listed if "XLA" in line], listed
+    without = dry_run(make_job(script="argv_echo.py", sagemaker_training_compiler_backend=backend))
+    assert without.returncode == 0 and "debug mode:" not in without.stdout, without.stdout
+
+
 @pytest.mark.parametrize(("hyperparameters", "expected"), [
     ({"sagemaker_training_compiler_max_compilations": "1.5"},
      "hyperparameter sagemaker_training_compiler_max_compilations has the value"),

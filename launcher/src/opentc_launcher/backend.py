@@ -104,6 +104,12 @@ class CompilerBackend(ABC):
         them in its own process (start)."""
         return {}
 
+    def debug_switches(self, folder: str, env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+        """Debug mode's variables as a worker whose environment is `env` settles them in its own process (start):
+        those it sets (artefacts under `folder`; with several workers a file's name gets `.rank<N>`), and a line for
+        each of the user's it keeps. The dry run shows them."""
+        return {}, ()
+
     def cache_copy(self, options: WorkerOptions, env: Mapping[str, str]) -> WorkingCopy | None:
         """The working copy the workers compile in (published_cache), for a backend whose cache must not be written
         in place; None when the workers use the cache folder itself (`env`: the container's environment)."""

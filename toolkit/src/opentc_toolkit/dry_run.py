@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import IO
 
+from opentc_launcher.api import backend_named
+
 from .job import JobPaths
 from .not_started import JobNotStarted
 from .plan import LAUNCH_VARIABLES, LaunchSettings, PlannedJob, plan_job
@@ -106,6 +108,12 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
               "", f"command (in {hidden(plan.command.cwd)}):", "  " + hidden(shlex.join(plan.command.argv)),
               "", "environment, against the container's:",
               *(hidden(line) for line in env_changes(base_env, plan.command.env))]
+    if plan.options.debug_mode:   # the worker's own: it sets them in its process, so they are not in the above
+        sets, kept = backend_named(plan.options.backend).debug_switches(plan.options.debug_folder(), plan.command.env)
+        lines += ["", "debug mode: each worker sets these in its own process before the script (with several "
+                      "workers, a file's name gets .rank<N>):",
+                  *(hidden(f"  + {name}={short(value)}") for name, value in sorted(sets.items())),
+                  *(hidden(f"  = {line}") for line in kept)]
     return "\n".join(lines)
 
 

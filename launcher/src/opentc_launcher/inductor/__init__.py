@@ -14,6 +14,7 @@ from collections.abc import Mapping, MutableMapping
 
 from ..backend import CompilerBackend, FollowUp, cuda_or_cpu
 from ..eager import library_environment
+from ..env_values import keep_theirs
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..published_cache import WorkingCopy
@@ -22,7 +23,7 @@ from ..worker_session import WorkerSession
 from .compile_time import OPTIONAL_DEFAULTS
 from .named_settings import DEBUG_LOG
 from .session import CACHE_VARIABLE, InductorSession, cache_folder_for
-from .trace_report import TRACE_FOLDER, render_commands
+from .trace_report import TRACE_FOLDER, debug_environment, render_commands
 
 
 class InductorBackend(CompilerBackend):
@@ -45,6 +46,9 @@ class InductorBackend(CompilerBackend):
         return [f"torch.compile (TorchInductor) on {options.device} ({gpu_count} GPU(s) on this host): Trainer "
                 f"and Accelerate scripts compile by themselves (ACCELERATE_DYNAMO_BACKEND=inductor); a plain "
                 f"script compiles what it passes to torch.compile"]
+
+    def debug_switches(self, folder: str, env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+        return keep_theirs(debug_environment(folder), env)   # as the session settles them (InductorSession)
 
     def cache_copy(self, options: WorkerOptions, env: Mapping[str, str]) -> WorkingCopy | None:
         # gcc writes each kernel straight to its final name, and Inductor loads whatever is there: a stop during a

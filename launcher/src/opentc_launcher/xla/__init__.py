@@ -17,7 +17,7 @@ from ..script import Program
 from ..setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, setting
 from ..worker_session import WorkerSession
 from .named_settings import DEBUG_LOG, INDUCTOR_INSTEAD, LIBRARY_PATCHES_OFF, UNSYNCHRONIZED
-from .session import PJRT_DEVICES, XlaSession, pjrt_device
+from .session import PJRT_DEVICES, XlaSession, debug_switches, pjrt_device
 
 
 def cpu_multi_worker_message(world_size: int) -> str:
@@ -71,6 +71,9 @@ class XlaBackend(CompilerBackend):
         return ("WARNING: " + cpu_multi_worker_message(world_size)
                 + " Running anyway because cpu-multi-worker=unsynchronized was requested:"
                 " the replicas' weights WILL diverge. Use this to test a launch, never to train a model.")
+
+    def debug_switches(self, folder: str, env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+        return debug_switches(folder, env)
 
     def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
         # transformers and accelerate take the XLA device only when told to.

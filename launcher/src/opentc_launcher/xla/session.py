@@ -52,6 +52,12 @@ def debug_environment(folder: str) -> dict[str, str]:
     }
 
 
+def debug_switches(folder: str, env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """debug_environment settled against `env` (env_values.keep_theirs): the user's values kept, their XLA_FLAGS
+    given the flags of ours it lacks."""
+    return keep_theirs(debug_environment(folder), env, frozenset({FLAG_LIST}))
+
+
 @dataclass(frozen=True)
 class RuntimeEnvironment:
     """What the worker sets in its own environment, and what it found set and kept (lines for its log)."""
@@ -75,7 +81,7 @@ def xla_runtime_env(options: WorkerOptions, identity: WorkerIdentity, env: Mappi
         updates["PJRT_LOCAL_PROCESS_COUNT"] = env.get("PJRT_LOCAL_PROCESS_COUNT", str(identity.local_world_size))
     kept: tuple[str, ...] = ()
     if options.debug_mode:
-        switches, kept = keep_theirs(debug_environment(options.debug_folder()), env, frozenset({FLAG_LIST}))
+        switches, kept = debug_switches(options.debug_folder(), env)
         updates.update(switches)
     updates.update(per_rank_files(PER_RANK_FILE_VARIABLES, identity, {**env, **updates}))
     return RuntimeEnvironment(updates, kept)
