@@ -1,9 +1,12 @@
 """The launcher on its own, outside SageMaker: opentc-run like torchrun, and the worker bootstrap."""
 
+import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from conftest import BIN, SCRIPTS, clean_env, free_port, no_torch_xla
 from opentc_launcher.commands import run_command, worker_command
 from opentc_launcher.inductor.session import cache_folder_for
-from opentc_launcher.published_cache import MANIFEST
+from opentc_launcher.published_cache import LOCK, MANIFEST
 
 
 def run(argv, tmp_path, timeout=180, **env):
@@ -233,6 +236,47 @@ def test_opentc_run_given_a_working_folder_for_the_cache_publishes_it_and_remove
     failed = run([*argv, SCRIPTS / "crash.py"], tmp_path)
     assert failed.returncode != 0
     assert not os.path.exists(cache_folder_for(str(work), "cpu")), "a failed run's copy is removed too"
+
+
+def test_a_stop_while_opentc_run_publishes_the_cache_ends_with_the_stops_exit_code(tmp_path):
+    """torch's stop handlers stay installed after the workers: a SIGTERM while the cache was being published ended
+    opentc-run with a traceback and exit code 1. The test holds the publication lock (as another job publishing the
+    same cache would), so the stop comes while opentc-run waits for it, whatever the machine's speed."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    argv = [BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--backend", "inductor", "--device", "cpu",
+            "--compile-cache-dir", cache, SCRIPTS / "waits_for_go.py"]
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen([str(a) for a in argv], env=clean_env(SM_MODEL_DIR=str(tmp_path)),
+                                    cwd=str(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+    lock = os.open(cache / LOCK, os.O_CREAT | os.O_RDONLY)
+    try:
+        assert wait_for(lambda: (tmp_path / "ready").exists() or launcher.poll() is not None), log.read_text()
+        fcntl.flock(lock, fcntl.LOCK_EX)   # the worker's copy was opened: now hold the publication
+        (tmp_path / "go").touch()
+        waiting = "compilation cache: another job holds"
+        assert wait_for(lambda: waiting in log.read_text() or launcher.poll() is not None), log.read_text()
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 143, log.read_text()[-3000:]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        os.close(lock)
+    said = log.read_text()
+    assert "Traceback" not in said, said[-3000:]
+    assert ("stopped by SIGTERM after every worker succeeded, while the compilation cache was being published: the "
+            "published cache is left as it was") in said, said[-3000:]
+    assert sorted(os.listdir(cache)) == [LOCK]   # nothing published, nothing half-written
+
+
+def wait_for(condition, seconds=120.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_a_report_that_cannot_be_made_never_fails_a_script_that_succeeded(tmp_path):

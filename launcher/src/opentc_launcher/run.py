@@ -287,6 +287,10 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
             log.info("compilation cache: %s", publish_working_copy(cache))
         except OSError as e:
             log.warning("compilation cache: not published: %s: %s", type(e).__name__, e)
+        except SignalException as e:   # torch's stop handlers outlive the launch: a stop now lands here
+            log.error("stopped by %s after every worker succeeded, while the compilation cache was being published: "
+                      "the published cache is left as it was", e.sigval.name)
+            sys.exit(exit_codes.of_signal(e.sigval))
     sys.exit(exit_codes.OK)
 
 
