@@ -6,12 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, SCRIPTS, clean_env, free_port, no_torch_xla
+from conftest import BIN, SCRIPTS, clean_env, free_port, no_torch_xla, wait_for
 from opentc_launcher.commands import run_command, worker_command
 from opentc_launcher.inductor.session import cache_folder_for
 from opentc_launcher.published_cache import LOCK, MANIFEST
@@ -252,11 +251,11 @@ def test_a_stop_while_opentc_run_publishes_the_cache_ends_with_the_stops_exit_co
                                     cwd=str(tmp_path), stdout=out, stderr=subprocess.STDOUT)
     lock = os.open(cache / LOCK, os.O_CREAT | os.O_RDONLY)
     try:
-        assert wait_for(lambda: (tmp_path / "ready").exists() or launcher.poll() is not None), log.read_text()
+        wait_for(lambda: (tmp_path / "ready").exists(), 120, "the script", launcher, log)
         fcntl.flock(lock, fcntl.LOCK_EX)   # the worker's copy was opened: now hold the publication
         (tmp_path / "go").touch()
-        waiting = "compilation cache: another job holds"
-        assert wait_for(lambda: waiting in log.read_text() or launcher.poll() is not None), log.read_text()
+        wait_for(lambda: "compilation cache: another job holds" in log.read_text(), 60, "the publication", launcher,
+                 log)
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(timeout=60) == 143, log.read_text()[-3000:]
     finally:
@@ -268,15 +267,6 @@ def test_a_stop_while_opentc_run_publishes_the_cache_ends_with_the_stops_exit_co
     assert ("stopped by SIGTERM after every worker succeeded, while the compilation cache was being published: the "
             "published cache is left as it was") in said, said[-3000:]
     assert sorted(os.listdir(cache)) == [LOCK]   # nothing published, nothing half-written
-
-
-def wait_for(condition, seconds=120.0):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_a_report_that_cannot_be_made_never_fails_a_script_that_succeeded(tmp_path):

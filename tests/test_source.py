@@ -7,13 +7,14 @@ S3 is the one thing that cannot exist here: a moto S3 server on 127.0.0.1 stands
 
 import base64
 import hashlib
+import signal
 import subprocess
 import tarfile
 import zipfile
 
 import pytest
 
-from conftest import BIN, free_port, run_train
+from conftest import BIN, SilentServer, free_port, run_train, start_train
 from opentc_toolkit.not_started import BadInput, CodeNotFetched
 from opentc_toolkit.source import fetch_failure
 
@@ -116,6 +117,32 @@ def test_s3_tarball(make_job, source_dir, tmp_path):
                                       "'s3://jobs/prefix/missing.tar.gz' could not be fetched")
     finally:
         server.stop()
+
+
+def test_a_stop_while_s3_does_not_answer_ends_the_job_at_once(make_job, tmp_path):
+    """An S3 that accepts the connection and never answers held the code's download in a socket read (botocore's
+    60 s timeouts, retried), so a stop waited for it, past the 120 s SageMaker gives before SIGKILL, and no verdict was
+    written. The download now runs beside the stop handling: a stop ends the job at once, as stopped."""
+    s3 = SilentServer()
+    try:
+        job = job_with_source(make_job, "s3://jobs/prefix/source/sourcedir.tar.gz")
+        log = tmp_path / "train.log"
+        train = start_train(job, log, S3_ENDPOINT_URL=f"http://127.0.0.1:{s3.port}", AWS_ACCESS_KEY_ID="testing",
+                            AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+        try:
+            assert s3.connected.wait(120), log.read_text()[-3000:]
+            train.send_signal(signal.SIGTERM)
+            assert train.wait(timeout=30) == 143, log.read_text()[-3000:]
+        finally:
+            if train.poll() is None:
+                train.kill()
+    finally:
+        s3.close()
+    assert job.failure == ("Training stopped: SIGTERM received while the job's code was being fetched from "
+                           "s3://jobs/prefix/source/sourcedir.tar.gz (StopTrainingJob, a spot interruption, MaxRuntime "
+                           "or docker stop), before any training script ran."), job.failure
+    assert "job summary: eager on a device never chosen, workers unknown;" in log.read_text()
+    assert not list((job.root / "code").iterdir())
 
 
 def test_requirements_that_cannot_install(make_job, source_dir):

@@ -319,7 +319,7 @@ def headline(summary: JobSummary) -> str:
     throughput = summary.get("throughput") or Throughput()
     compile_ = summary.get("compile")
     workers, optimizer_steps = summary.get("workers"), summary.get("optimizer_steps", 0)
-    parts = [f"{summary.get('backend')} on {summary.get('device')}, "
+    parts = [f"{summary.get('backend') or 'backend unknown'} on {summary.get('device') or 'a device never chosen'}, "
              + ("workers unknown" if workers is None else f"{workers} worker(s)"),
              "optimizer steps unknown" if optimizer_steps is None else f"{optimizer_steps} optimizer steps",
              f"median step {_number(_ms(steps.get('median')), ' ms')} (p90 {_number(_ms(steps.get('p90')), ' ms')}"

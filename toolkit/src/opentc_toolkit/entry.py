@@ -35,10 +35,19 @@ from .job import JobPaths, TrainingJob
 from .job_settings import BACKEND, DEBUG, DEFAULTS_OFF, ENABLED, MULTI_WORKER, JobSettings
 from .job_summary import JobRecorder, write_summary
 from .not_started import JobNotStarted, PeersUnreachable
-from .outcome import Outcome, OutcomeKind, clear_verdict, judge, not_started, report, stop_outcome
+from .outcome import (
+    Outcome,
+    OutcomeKind,
+    clear_verdict,
+    judge,
+    not_started,
+    report,
+    stop_outcome,
+    stopped_before_the_script,
+)
 from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, plan_job, with_setting_names
-from .source import install_requirements
+from .source import FetchStopped, install_requirements
 from .supervisor import JobStopped, Supervisor
 from .wrap_up import settle, wrap_up
 
@@ -99,15 +108,15 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         if settings is not None:
             recorder.settings = settings
 
+    def stopping() -> bool:
+        return supervisor.stop_requested is not None
+
     try:
-        planned = plan_job(paths, launch, base_env, scratch, noted)
+        planned = plan_job(paths, launch, base_env, scratch, noted, stopped=stopping)
         job, settings, code, plan = planned.job, planned.settings, planned.code, planned.plan
         recorder.plan = plan
         announce(job, settings, plan, base_env)
         install_requirements(code, supervisor, base_env, scratch, job.requirements_file)
-        def stopping() -> bool:
-            return supervisor.stop_requested is not None
-
         recorder.cache = open_working_copy(plan.options, base_env, stopped=stopping)
         wait_for_hosts(plan.peers, launch.peer_timeout, stopped=stopping)
         result = supervisor.run(plan.command, on_line=recorder.lines.feed)
@@ -116,6 +125,9 @@ def run_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str]
         return replace(not_started(str(e), e.exit_code), hosts_never_met=isinstance(e, PeersUnreachable))
     except JobStopped as e:
         return stop_outcome(e.result, e.processes, e.during)
+    except FetchStopped as e:
+        assert supervisor.stop_requested is not None   # FetchStopped is raised only then
+        return stopped_before_the_script(supervisor.stop_requested, e.during)
     except Exception as e:  # noqa: BLE001  (the toolkit's own fault: say so, with its traceback after the reason)
         return Outcome(exit_codes.FAILED, OutcomeKind.TOOLKIT_FAILED,
                        f"Training failed: the toolkit failed before the training script ended: {type(e).__name__}: "

@@ -124,6 +124,14 @@ def stop_outcome(result: ProcessResult, processes: str = "the workers", during: 
                    f"given {result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary)
 
 
+def stopped_before_the_script(signum: int, during: str) -> Outcome:
+    """A stop that arrived before anything of the user's ran, while the toolkit itself was busy (`during`)."""
+    name = signal.Signals(signum).name
+    cause = STOP_CAUSES.get(signal.Signals(signum), "a signal")
+    return Outcome(exit_codes.of_signal(signum), OutcomeKind.STOPPED,
+                   f"Training stopped: {name} received {during} ({cause}), before any training script ran.")
+
+
 def stopped_after_the_workers(signum: int, during: str, cut_short: bool = True) -> Outcome:
     """A stop that arrived once the training script had ended with exit code 0, while the job was finishing (debug
     mode's reports, the cache), or after (`cut_short` false: what it was doing had finished): the platform asked for

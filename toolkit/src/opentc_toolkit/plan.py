@@ -259,11 +259,12 @@ class PlannedJob:
 
 def plan_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str], scratch: str,
              noted: Callable[[TrainingJob, JobSettings | None], None] = lambda job, settings: None,
-             dry_run: bool = False) -> PlannedJob:
+             dry_run: bool = False, stopped: Callable[[], bool] = lambda: False) -> PlannedJob:
     """Read the job, choose its settings, fetch its code, plan the launch and check the output folders; `noted`
     learns the job and its settings as soon as each is known (the job summary names them even when a later step
     refuses the job). A `dry_run` writes nothing of the job's: the code is fetched under `scratch`, and the output
-    folders are checked, not made. Raises JobNotStarted (BadInput) for anything the job cannot run with."""
+    folders are checked, not made. Raises JobNotStarted (BadInput) for anything the job cannot run with, and
+    source.FetchStopped when `stopped` says the job is stopping while its code is fetched."""
     job = read_job(paths)
     noted(job, None)
     settings = JobSettings.from_hyperparameters(job.framework_params, job.hyperparameters)
@@ -274,7 +275,7 @@ def plan_job(paths: JobPaths, launch: LaunchSettings, base_env: Mapping[str, str
         log.info("%s", adapted.summary)
         job, settings = adapted.job, adapted.settings
         noted(job, settings)
-    code = fetch_code(job, scratch, into_scratch=dry_run)
+    code = fetch_code(job, scratch, into_scratch=dry_run, stopped=stopped)
     adapted = adapt_aws_launcher(job, settings, code)
     if adapted is not None:   # the job as AWS's torch_xla.distributed.sm_dist would have run it
         log.info("%s", adapted.summary)

@@ -7,8 +7,9 @@ import os
 import re
 import sys
 import tarfile
+import threading
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from urllib.parse import unquote, urlparse
 
 from opentc_launcher.api import exit_codes, printable, why_not_a_script
@@ -61,9 +62,47 @@ def code_folder(job: TrainingJob, scratch: str) -> str:
     return os.path.join(scratch, "code")
 
 
-def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> str:
+class FetchStopped(Exception):
+    """A stop arrived while the job's code was being fetched; the fetch was left to end with the process."""
+
+    def __init__(self, during: str):
+        super().__init__(during)
+        self.during = during
+
+
+FETCH_POLL = 0.1   # seconds between two looks at the stop while the code is fetched
+
+
+def _fetch_unless_stopped(source: str, target: str, stopped: Callable[[], bool], during: str) -> None:
+    """sagemaker-training's download_and_extract in a thread of its own, so that a stop ends the wait: S3 that stops
+    answering holds a socket read for minutes (botocore's timeouts and retries), past the 120 s SageMaker gives a
+    stopped job before SIGKILL, and a signal handler cannot interrupt it. Raises what the fetch raised, or
+    FetchStopped."""
+    from sagemaker_training import files
+
+    failed: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            files.download_and_extract(source, target)
+        except BaseException as e:  # noqa: BLE001  (raised again in the caller's thread)
+            failed.append(e)
+
+    fetching = threading.Thread(target=fetch, name="code-fetch", daemon=True)
+    fetching.start()
+    while fetching.is_alive():
+        if stopped():
+            raise FetchStopped(during)
+        fetching.join(FETCH_POLL)
+    if failed:
+        raise failed[0]
+
+
+def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False,
+               stopped: Callable[[], bool] = lambda: False) -> str:
     """The folder the job's code was put in: the one it runs from (code_folder), or with `into_scratch` a folder of
-    its own under `scratch`, for a dry run, which writes nothing of the job's.
+    its own under `scratch`, for a dry run, which writes nothing of the job's. `stopped` says when the job is
+    stopping: the fetch is given up then (FetchStopped).
 
     sagemaker_submit_directory (a folder, or a file:// or s3:// tarball) is put into the code folder. When the
     code folder already holds files (code baked into a derived image, an earlier run's extraction), the code this
@@ -71,8 +110,6 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
     `scratch` and runs from there, the log says so, and nothing in the code folder is overwritten. Without
     sagemaker_submit_directory (or with it naming the code folder) the code folder runs as it is.
     """
-    from sagemaker_training import files
-
     uri = job.submit_directory
     code = job.paths.code
     source = uri
@@ -96,10 +133,12 @@ def fetch_code(job: TrainingJob, scratch: str, into_scratch: bool = False) -> st
                     "own code instead, leave sagemaker_submit_directory out.", code, _listing(code), uri, target,
                     code)
     try:
-        files.download_and_extract(source, target)
+        _fetch_unless_stopped(source, target, stopped, f"while the job's code was being fetched from {uri}")
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise BadInput(f"sagemaker_submit_directory {job.submit_directory!r} is a corrupt tarball: "
                              f"{type(e).__name__}: {e}. Upload the source folder again as a .tar.gz.") from None
+    except FetchStopped:
+        raise
     except Exception as e:  # noqa: BLE001  (boto3's errors, the disk's: the job's fault or not, as fetch_failure says)
         raise fetch_failure(e, f"sagemaker_submit_directory {job.submit_directory!r} could not be fetched into "
                                f"{target}: {type(e).__name__}: {e}") from None
