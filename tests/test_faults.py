@@ -176,7 +176,9 @@ def test_pips_own_reason_is_in_the_failure_reason(make_job):
 def test_a_killed_train_takes_its_workers_with_it(make_job, tmp_path):
     job = plain_job(make_job, "long_running.py")
     log = tmp_path / "train.log"
-    proc = start_train(job, log)
+    scratch = tmp_path / "tmp"   # a killed train cannot remove its scratch folder: not in /tmp, then
+    scratch.mkdir()
+    proc = start_train(job, log, TMPDIR=str(scratch))
     try:
         pid_file = job.model / "pid-rank0"
         wait_for(lambda: pid_file.exists() and pid_file.read_text(), 120, "the worker to start", proc, log)
