@@ -110,39 +110,39 @@ STOP_CAUSES = {
 }
 
 
+def _stop_received(signum: int, when: str) -> str:
+    """The first words of every stop's verdict: the signal, when it came, and what usually sends it."""
+    stop = signal.Signals(signum)
+    return f"Training stopped: {stop.name} received{' ' + when if when else ''} ({STOP_CAUSES.get(stop, 'a signal')})"
+
+
 def stop_outcome(result: ProcessResult, processes: str = "the workers", during: str = "", summary: str = "") -> Outcome:
     """A stop (StopTrainingJob, a spot interruption, MaxRuntime, docker stop, a closed terminal) and how the
     processes took it."""
     assert result.stopped_by is not None
-    name = signal.Signals(result.stopped_by).name
-    cause = STOP_CAUSES.get(signal.Signals(result.stopped_by), "a signal")
     were = "were" if processes.endswith("s") else "was"
     how = (f"{processes} ended within the grace period" if result.exit_code != exit_codes.of_signal(signal.SIGKILL)
            else f"{processes} {were} killed with SIGKILL")
     return Outcome(exit_codes.of_signal(result.stopped_by), OutcomeKind.STOPPED,
-                   f"Training stopped: {name} received{' ' + during if during else ''} ({cause}); {processes} {were} "
-                   f"given {result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary)
+                   f"{_stop_received(result.stopped_by, during)}; {processes} {were} given"
+                   f" {result.grace:g} s to finish and {how} ({describe_exit(result.exit_code)}).", summary)
 
 
 def stopped_before_the_script(signum: int, during: str) -> Outcome:
     """A stop that arrived before anything of the user's ran, while the toolkit itself was busy (`during`)."""
-    name = signal.Signals(signum).name
-    cause = STOP_CAUSES.get(signal.Signals(signum), "a signal")
     return Outcome(exit_codes.of_signal(signum), OutcomeKind.STOPPED,
-                   f"Training stopped: {name} received {during} ({cause}), before any training script ran.")
+                   f"{_stop_received(signum, during)}, before any training script ran.")
 
 
 def stopped_after_the_workers(signum: int, during: str, cut_short: bool = True) -> Outcome:
     """A stop that arrived once the training script had ended with exit code 0, while the job was finishing (debug
     mode's reports, the cache), or after (`cut_short` false: what it was doing had finished): the platform asked for
     the job to end before it was done, so it ends as stopped."""
-    name = signal.Signals(signum).name
-    cause = STOP_CAUSES.get(signal.Signals(signum), "a signal")
     kept = ("What the script wrote is kept; what was being done then was cut short." if cut_short else
             "What the script wrote is kept, and so is what was done after it.")
     return Outcome(exit_codes.of_signal(signum), OutcomeKind.STOPPED,
-                   f"Training stopped: {name} received after the training script had ended with exit code 0, "
-                   f"{during} ({cause}). {kept}")
+                   f"{_stop_received(signum, f'after the training script had ended with exit code 0, {during}')}. "
+                   f"{kept}")
 
 
 # -- where the failed worker's own account is -------------------------------------------------------------
