@@ -4,6 +4,7 @@ rule is also exercised end to end by the job tests; here every branch is named, 
 
 import json
 import signal
+import time
 
 import pytest
 
@@ -258,8 +259,6 @@ def test_a_stop_after_the_cache_was_published_does_not_say_the_publication_was_c
 def test_a_clock_set_during_the_job_gives_no_negative_time():
     """The job's length is the monotonic clock's; the time to the first step compares the workers' wall clock with
     the job's, so a clock set back (NTP) after the start would give a figure nobody measured: said as unknown."""
-    import time
-
     from opentc_toolkit.job_summary import JobRecorder, run_times
 
     now = time.time()
