@@ -41,8 +41,8 @@ def test_names_are_read_leniently_and_once():
     assert all(WorkerOptions(backend="inductor", defaults_off="all").is_off(name) for name in OPTIONAL_DEFAULTS)
 
 
-ACCEPTED = ("accepts the compile-time defaults to leave off, comma-separated: regional, vec_isa, job_id, logging, "
-            "warm_start, or all; ")
+ACCEPTED = ("accepts the compile-time defaults to leave off, comma-separated: regional, head, vec_isa, job_id, "
+            "logging, warm_start, or all; ")
 
 
 @pytest.mark.parametrize("backend", ["inductor", "xla", "eager"])
@@ -131,6 +131,7 @@ def test_each_default_sets_its_variable_and_keeps_the_users(tmp_path):
     defaults = configured(tmp_path, environ)
     assert environ == users
     assert defaults.state["regional"] == "the user's ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=false kept"
+    assert defaults.state["head"] == "not used: accelerate's own regional compilation runs (the user's variable)"
     assert defaults.state["job_id"] == "the user's TORCH_COMPILE_JOB_ID=mine kept"
     assert defaults.state["vec_isa"] == "the user's TORCHINDUCTOR_VEC_ISA_OK=0 kept"
     assert defaults.state["warm_start"].startswith("the user's TORCH_WARM_POOL=1 kept")
@@ -338,3 +339,12 @@ def test_a_plain_scripts_torch_compile_is_regional_only_where_blocks_repeat():
     def step(x):
         return x * 2
     assert stand_in.compile(step) is not step and len(notes) == 1                   # a function: torch's own
+
+
+def test_the_head_is_said_as_what_regional_compilation_makes_of_it(tmp_path):
+    """The head region is regional compilation's: on with it, moot without it, off by its own name."""
+    assert configured(tmp_path, {}).state["head"].startswith("on: the model's own forward around its blocks")
+    assert configured(tmp_path, {}, defaults_off="regional").state["head"] == \
+        "not needed: the whole model is compiled, its head with it (regional off)"
+    assert configured(tmp_path, {}, defaults_off="head").state["head"].startswith("off (")
+    assert configured(tmp_path, {}, defaults_off="head").state["regional"].startswith("on")

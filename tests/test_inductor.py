@@ -111,17 +111,22 @@ def test_a_script_that_never_compiles_is_told_so_with_the_fix(make_job):
 def test_the_trainer_compiles_with_no_script_change(make_job, shared_cache):
     """tests/scripts/run_clm_tiny.py (run_clm's structure: HfArgumentParser, group_texts, Trainer, save_model) with
     no torch_compile argument: accelerate's plugin takes ACCELERATE_DYNAMO_BACKEND, and the model compiles,
-    regionally by default: its three blocks share one graph, and the single layers around them stay eager."""
+    regionally by default: its three blocks share one graph, the model's own forward around them (lm_head and the
+    loss) is a second, and the single layers beside the blocks stay eager."""
     common = {"max_steps": 8, "per_device_train_batch_size": 4, "learning_rate": 0.003, "logging_steps": 2,
               "save_strategy": "no", "report_to": "none", "optim": "adamw_torch", "dataloader_drop_last": True,
               "block_size": 64, "seed": 0, "config_overrides": "n_layer=3"}
     job, result = trainer_beside_eager(make_job, "run_clm_tiny.py", shared_cache, **common)
     assert (job.model / "model.safetensors").exists()
     report = job.compile_report()
-    assert report["graphs_captured"] == 1 and report["compilations"] >= 1, report   # one graph for 3 blocks
+    assert report["graphs_captured"] == 2 and report["compilations"] >= 2, report   # 3 blocks, and the head
     assert report["optimizer_steps"] == 8
     assert report["compile_time_defaults"]["regional"] == "on: ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=true"
     assert "regional compilation: 3 repeated blocks compiled in place, sharing one graph" in result.output
+    assert report["compile_time_defaults"]["head"].startswith("on"), report["compile_time_defaults"]
+    assert ("and GPT2LMHeadModel's own forward around transformer (lm_head, and its loss if it computes one) as one "
+            "region") in result.output
+    assert report["graph_breaks_total"] == 0, report["graph_breaks"]   # the boundary's own break is not the script's
 
 
 def test_an_accelerate_loop_compiles_with_no_script_change(make_job, shared_cache):
@@ -139,7 +144,7 @@ def test_an_accelerate_loop_compiles_with_no_script_change(make_job, shared_cach
     assert_same_losses(eager.read_json("output/data/accelerate_metrics.json")["losses"], metrics["losses"])
     assert metrics["reloaded_equal"] is True
     report = job.compile_report()
-    assert report["graphs_captured"] == 1 and report["optimizer_steps"] == 8, report   # one graph, two blocks
+    assert report["graphs_captured"] == 2 and report["optimizer_steps"] == 8, report   # two blocks, and the head
     assert "regional compilation: 2 repeated blocks compiled in place" in result.output
     assert not any("for each layer" in f["problem"] for f in report["findings"]), report["findings"]
 
@@ -167,7 +172,8 @@ def test_a_plain_loops_torch_compile_compiles_a_repeated_block_once_with_eagers_
     report = job.compile_report()
     assert "torch.compile(GPT2LMHeadModel) compiled its 3 repeated blocks" in \
         report["compile_time_defaults"]["regional"], report["compile_time_defaults"]
-    assert report["graphs_captured"] == 2, report          # one for GPT-2's three blocks, one for the whole pyramid
+    # GPT-2's three blocks, its head (lm_head and the loss, around its transformer), and the whole pyramid
+    assert report["graphs_captured"] == 3, report
 
 
 T5_SHARING = "sharing one graph per kind of block (4 kinds)"
@@ -175,10 +181,11 @@ T5_SHARING = "sharing one graph per kind of block (4 kinds)"
 
 def t5_graphs_checked(job, result):
     """A 3-layer T5 (tests/scripts/compile/tiny_t5.py) compiled one graph per kind of block: 4 (each stack's first
-    block, which carries the position bias table, and its other two), not 6 (one per block) and not the whole model;
+    block, which carries the position bias table, and its other two), not 6 (one per block) and not the whole model,
+    and two for its own forward around its stacks (between the encoder and the decoder, and lm_head with the loss);
     Dynamo recompiled T5Block.forward once for each new kind, and the report names no per-layer recompilation."""
     report = job.compile_report()
-    assert report["graphs_captured"] == 4, report
+    assert report["graphs_captured"] == 4 + 2, report
     assert [r["function"] for r in report["recompilations"]] == ["forward"] * 3, report["recompilations"]
     assert all("modeling_t5.py" in r["where"] for r in report["recompilations"]), report["recompilations"]
     assert not any("for each layer" in f["problem"] for f in report["findings"]), report["findings"]

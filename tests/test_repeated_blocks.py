@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from opentc_launcher.inductor.per_layer import per_layer_finding
-from opentc_launcher.inductor.regional import InPlace, compile_in_place, patch_torch_compile, why_whole
+from opentc_launcher.inductor.regional import (
+    BOUNDARY_NAME,
+    InPlace,
+    compile_in_place,
+    patch_torch_compile,
+    why_whole,
+)
 from opentc_launcher.inductor.repeated_blocks import MAX_KINDS, repeated_kinds
 
 
@@ -96,7 +102,17 @@ def test_a_plain_scripts_torch_compile_of_a_t5_says_how_many_kinds_it_compiled()
     model = tiny_t5(3)
     assert stand_in.compile(model)._orig_mod is model
     assert notes == ["torch.compile(T5ForConditionalGeneration) compiled its 6 repeated blocks in place, sharing one "
-                     "graph per kind of block (4 kinds), and 0 other part(s); 8 single layer(s) left eager"]
+                     "graph per kind of block (4 kinds), 0 other part(s), and T5ForConditionalGeneration's own forward "
+                     "around encoder and decoder (shared, lm_head, and its loss if it computes one) as one region; 6 "
+                     "single layer(s) beside the blocks left eager"]
+    assert compiled(model) and not compiled(model.encoder) and not compiled(model.lm_head)    # the head: the model's
+    assert type(model.encoder.forward).__name__ == type(model.decoder.forward).__name__ == BOUNDARY_NAME   # own forward
+    without_head: list[str] = []
+    other = types.SimpleNamespace(compile=torch.compile, nn=torch.nn, compiler=torch.compiler)
+    patch_torch_compile(other, without_head.append, head=False)       # --defaults-off head: the blocks' regions only
+    plain = tiny_t5(3)
+    other.compile(plain)
+    assert without_head[0].endswith("and 0 other part(s); 8 single layer(s) left eager") and not compiled(plain)
 
 
 def test_t5s_kinds_recompiling_the_block_are_not_taken_for_a_per_layer_value():

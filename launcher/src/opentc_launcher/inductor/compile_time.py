@@ -6,6 +6,8 @@ default that would have set it stays out of the way.
 
 - regional: Trainer, Accelerate and plain torch.compile(model) jobs compile each kind of repeated block once
   (regional.py, repeated_blocks.py).
+- head: with regional compilation, the model's own forward around the part that holds its blocks (the output layer
+  and the loss) is compiled too, as one region (regional.py).
 - vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU (vec_isa.py).
 - job_id: TORCH_COMPILE_JOB_ID, keyed to the job's lineage (the script, its arguments, the world size and the
   device), so that Dynamo keeps its profile of which dimensions vary from one job to the next, in the cache folder:
@@ -40,6 +42,8 @@ log = logging.getLogger("opentc_launcher")
 OPTIONAL_DEFAULTS = MappingProxyType({
     "regional": "Trainer, Accelerate and plain torch.compile(model) jobs compile each kind of repeated block once, "
                 "shared by the blocks of that kind",
+    "head": "with regional compilation, the output layer and the loss are compiled too, as one region around the "
+            "part of the model that holds the blocks",
     "vec_isa": "on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU",
     "job_id": "Dynamo keeps its profile of the dimensions that vary, from one job of a lineage to the next",
     "logging": "transformers' once-only log calls inside compiled code no longer break the graph",
@@ -89,6 +93,8 @@ class CompileTimeDefaults:
                 self.state[name] = f"off ({setting(DEFAULTS_OFF)})"
         if "regional" not in self.state:
             self._regional(environ)
+        if "head" not in self.state:
+            self.state["head"] = self._head_state()
         if "vec_isa" not in self.state:
             self._vec_isa(environ, cache_folder)
         if "job_id" not in self.state:
@@ -110,15 +116,24 @@ class CompileTimeDefaults:
 
     def _regional(self, environ: MutableMapping[str, str]) -> None:
         if self._set(environ, "regional", regional.VARIABLE, "true"):
-            when_imported("accelerate.accelerator", self._refine_accelerate)
-            when_imported("torch", lambda torch: regional.patch_torch_compile(torch, self._note_regional))
+            head = not self.options.is_off("head")
+            when_imported("accelerate.accelerator", lambda accelerator: self._refine_accelerate(accelerator, head))
+            when_imported("torch", lambda torch: regional.patch_torch_compile(torch, self._note_regional, head))
+
+    def _head_state(self) -> str:
+        regional_state = self.state["regional"]
+        if regional_state.startswith("off"):
+            return "not needed: the whole model is compiled, its head with it (regional off)"
+        if not regional_state.startswith("on"):
+            return "not used: accelerate's own regional compilation runs (the user's variable)"
+        return "on: the model's own forward around its blocks (output layer, loss) compiled as one region"
 
     def _note_regional(self, words: str) -> None:
         if words not in self.state["regional"]:          # a script may compile the same model again
             self.state["regional"] += f"; {words}"
 
-    def _refine_accelerate(self, accelerator: ModuleType) -> None:
-        if not regional.patch_accelerator(accelerator):
+    def _refine_accelerate(self, accelerator: ModuleType, head: bool) -> None:
+        if not regional.patch_accelerator(accelerator, head):
             log.info("%s: this accelerate has no compile_regions to refine: its own regional compilation runs",
                      self.process)
 

@@ -14,7 +14,7 @@ torch 2.14.1 with Inductor on CPU it gives wrong gradients instead: a marked res
 1.0 relative, with or without dropout, and a 3-layer GPT-2's by 1.5e3 (benchmarks/RESULTS.md). It is not used
 here; benchmarks/nested_region_probe.py checks a torch for it.)
 
-It differs from accelerate's in four ways:
+It differs from accelerate's in five ways:
 
 - Which blocks. accelerate compiles the blocks of any ModuleList of one class, a pyramid's of many widths too; the
   backend only those repeated by repeated_blocks.py's rule: one class in a few kinds of one layer (T5's first
@@ -27,6 +27,15 @@ It differs from accelerate's in four ways:
 - A single layer (no sub-modules: the embeddings, the final norm, the output projection) stays eager. Compiled
   alone it has nothing to fuse with, and each one costs a forward and a backward graph. Other parts with parts
   of their own are compiled, each in place.
+- The head. Where the blocks live in a part of the model (its trunk: GPT-2's `transformer`, Llama's `model`, T5's
+  encoder and decoder), what the model's own forward does around that part is compiled too, as one region: the
+  output layer and the loss (`lm_head` and the cross-entropy, among a step's largest kernels with a 50k vocabulary),
+  fused, where they would otherwise run op by op. The trunk's forward is put behind a boundary (region_boundary.py)
+  where the compiled forward breaks and resumes, so the region costs one graph (two for an encoder-decoder) whatever
+  the depth. Inside the trunk, what precedes the first block and follows the last (the embeddings, the final norm)
+  stays eager: it shares one forward with the loop over the blocks, and a region around that would be the whole
+  trunk. A model whose own forward runs its blocks (their list is its child, as in nanoGPT) keeps its head eager.
+  Left off by name (`head`, compile_time.py).
 - A model that builds a per-layer cache in training (transformers' `config.use_cache`, true by default), or has
   no repeated blocks, is compiled whole, as accelerate does without the variable: with the cache each block reads
   its own layer's entry, so Dynamo would compile the block once per layer and, past its recompile limit (8), run
@@ -36,6 +45,7 @@ It differs from accelerate's in four ways:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +58,9 @@ from .repeated_blocks import repeated_kinds
 log = logging.getLogger("opentc_launcher")
 
 VARIABLE = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
+# region_boundary.RegionBoundary's name, as Dynamo's graph-break messages give it: those breaks are the boundary's
+# own, made on purpose, and the compile report leaves them out (inductor/session.py).
+BOUNDARY_NAME = "RegionBoundary"
 
 
 def _wrapped(model: Any) -> Any:
@@ -70,11 +83,12 @@ def _has_repeated_blocks(module: Any) -> bool:
 @dataclass
 class InPlace:
     """What compile_in_place compiled: repeated blocks and their kinds (one graph each), other parts compiled,
-    single layers left eager."""
+    single layers left eager; and, where compile_regions compiled the head too, what that region holds."""
     blocks: int = 0
     kinds: int = 0
     parts: int = 0
     single: int = 0
+    head: str = ""      # the head region in words ("GPT2LMHeadModel's forward around transformer: lm_head and ...")
 
     def add(self, other: InPlace) -> None:
         self.blocks, self.kinds = self.blocks + other.blocks, self.kinds + other.kinds
@@ -82,6 +96,13 @@ class InPlace:
 
     def sharing(self) -> str:
         return f"sharing one graph per kind of block ({self.kinds} kind{'' if self.kinds == 1 else 's'})"
+
+    def rest(self) -> str:
+        """What else was compiled and what was left eager, in words, after the blocks."""
+        words = f"{self.parts} other part(s)"
+        if self.head:
+            return f"{words}, and {self.head} as one region; {self.single} single layer(s) beside the blocks left eager"
+        return f"and {words}; {self.single} single layer(s) left eager"
 
 
 def compile_in_place(module: Any, **compile_kwargs: Any) -> InPlace:
@@ -103,7 +124,48 @@ def compile_in_place(module: Any, **compile_kwargs: Any) -> InPlace:
     return done
 
 
-def compile_blocks(model: Any, **compile_kwargs: Any) -> Any:
+def trunks_of(model: Any) -> list[str]:
+    """The names of the model's children that hold its repeated blocks (its trunks), where the model's own forward
+    can be compiled around them (the head); [] where it cannot: its blocks' list is its own child (its forward runs
+    the blocks), or a trunk's forward was already replaced (a hook of accelerate's big-model dispatch)."""
+    children = list(model.named_children())
+    if any(repeated_kinds(child) for _, child in children):
+        return []
+    trunks = [(name, child) for name, child in children if _has_repeated_blocks(child)]
+    if any("forward" in vars(child) for _, child in trunks):
+        return []
+    return [name for name, _ in trunks]
+
+
+def compile_head(model: Any, trunks: list[str], **compile_kwargs: Any) -> str:
+    """Compile the model's own forward in place, its trunks' forwards behind a boundary (the module's docstring);
+    what the region holds, in words."""
+    from .region_boundary import RegionBoundary
+
+    for name in trunks:
+        trunk = getattr(model, name)
+        trunk.forward = RegionBoundary(trunk)
+    model.compile(**compile_kwargs)
+    layers = [name for name, _ in model.named_children() if name not in trunks]
+    holds = ", ".join(layers) if layers else "no layer of its own"
+    return (f"{type(model).__name__}'s own forward around {' and '.join(trunks)} ({holds}, and its loss if it "
+            f"computes one)")
+
+
+def compile_regions(model: Any, head: bool, **compile_kwargs: Any) -> InPlace:
+    """The repeated blocks (and other parts) compiled in place, and with `head` the model's own forward around the
+    trunks that hold them as a region of its own (compile_head), where it has such trunks."""
+    trunks = trunks_of(model) if head else []
+    if not trunks:
+        return compile_in_place(model, **compile_kwargs)
+    done = InPlace()
+    for name in trunks:
+        done.add(compile_in_place(getattr(model, name), **compile_kwargs))
+    done.head = compile_head(model, trunks, **compile_kwargs)
+    return done
+
+
+def compile_blocks(model: Any, *, head: bool = True, **compile_kwargs: Any) -> Any:
     """What Accelerator.prepare_model calls for regional compilation (the module's docstring): the model itself,
     compiled in place, or the whole model compiled (a new wrapper) where regional compilation cannot help."""
     import torch
@@ -112,19 +174,19 @@ def compile_blocks(model: Any, **compile_kwargs: Any) -> Any:
     if reason is not None:
         log.info("regional compilation: %s", reason)
         return unpatched_compile(torch)(model, **compile_kwargs)
-    inner = _wrapped(model)
-    done = compile_in_place(inner, **compile_kwargs)
-    log.info("regional compilation: %d repeated blocks compiled in place, %s; %d other part(s) compiled; %d single "
-             "layer(s) left eager", done.blocks, done.sharing(), done.parts, done.single)
+    done = compile_regions(_wrapped(model), head, **compile_kwargs)
+    log.info("regional compilation: %d repeated blocks compiled in place, %s, %s", done.blocks, done.sharing(),
+             done.rest())
     return model
 
 
-def patch_accelerator(accelerator: ModuleType) -> bool:
-    """Make Accelerator.prepare_model (accelerate.accelerator's own name compile_regions) call compile_blocks.
-    False when this accelerate has no compile_regions there: its own regional compilation, if any, runs."""
+def patch_accelerator(accelerator: ModuleType, head: bool = True) -> bool:
+    """Make Accelerator.prepare_model (accelerate.accelerator's own name compile_regions) call compile_blocks, with
+    the head compiled or not. False when this accelerate has no compile_regions there: its own regional compilation,
+    if any, runs."""
     if not callable(getattr(accelerator, "compile_regions", None)):
         return False
-    accelerator.compile_regions = compile_blocks  # type: ignore[attr-defined]
+    accelerator.compile_regions = functools.partial(compile_blocks, head=head)  # type: ignore[attr-defined]
     return True
 
 
@@ -154,12 +216,12 @@ def unpatched_compile(torch_module: ModuleType) -> Any:
     return compile.__wrapped__ if getattr(compile, "__opentc_patch__", False) else compile
 
 
-def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None]) -> None:
-    """torch.compile(model) of a module with repeated blocks compiles them in place (why_whole) and returns what
-    torch would have: a wrapper whose `_orig_mod` is the model (state_dict names with `_orig_mod.`, accelerate and
-    transformers unwrap it), here one that compiles nothing more itself. Everything else (a function, a decorator,
-    fullgraph=True, disable=True, a model compiled whole for a reason logged) goes to torch's own. `noted` receives
-    what was done, for the compile report."""
+def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None], head: bool = True) -> None:
+    """torch.compile(model) of a module with repeated blocks compiles them in place (why_whole), with `head` the
+    model's own forward around them too (compile_regions), and returns what torch would have: a wrapper whose
+    `_orig_mod` is the model (state_dict names with `_orig_mod.`, accelerate and transformers unwrap it), here one
+    that compiles nothing more itself. Everything else (a function, a decorator, fullgraph=True, disable=True, a model
+    compiled whole for a reason logged) goes to torch's own. `noted` receives what was done, for the compile report."""
     original = unpatched_compile(torch_module)
 
     def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -169,9 +231,9 @@ def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None]) 
         if reason is not None:
             log.info("regional compilation: torch.compile(%s) %s", type(model).__name__, reason)
             return original(model, **kwargs)
-        done = compile_in_place(_wrapped(model), **kwargs)
+        done = compile_regions(_wrapped(model), head, **kwargs)
         words = (f"torch.compile({type(model).__name__}) compiled its {done.blocks} repeated blocks in place, "
-                 f"{done.sharing()}, and {done.parts} other part(s); {done.single} single layer(s) left eager")
+                 f"{done.sharing()}, {done.rest()}")
         log.info("regional compilation: %s", words)
         noted(words)
         return torch_module.compiler.disable(model)

@@ -47,6 +47,7 @@ from .compile_time import CompileTimeDefaults
 from .libcuda import driver_folders, linkable_libcuda
 from .named_settings import DEBUG_LOG
 from .per_layer import per_layer_finding
+from .regional import BOUNDARY_NAME
 from .trace_report import debug_environment
 
 log = logging.getLogger("opentc_launcher")
@@ -131,6 +132,8 @@ class GraphBreaks(logging.Handler):
         try:
             text = record.getMessage()
         except Exception:  # noqa: BLE001  (a log record is never a reason to fail)
+            return
+        if BOUNDARY_NAME in text:   # regional compilation's own break, around the part that holds the blocks
             return
         where = self._WHERE.search(text)
         reason = self._REASON.search(text)
@@ -290,7 +293,7 @@ class InductorSession(WorkerSession):
         readable = _counters()
         counts = readable or {}
         inductor, aot = counts.get("inductor", {}), counts.get("aot_autograd", {})
-        breaks_total = sum(counts.get("graph_break", {}).values())
+        breaks_total = sum(n for reason, n in counts.get("graph_break", {}).items() if BOUNDARY_NAME not in reason)
         recompilations = _recompilations()
         captured = counts.get("stats", {}).get("unique_graphs", 0)
         compiled = inductor.get("fxgraph_cache_miss", 0) + inductor.get("fxgraph_cache_bypass", 0)
