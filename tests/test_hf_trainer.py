@@ -2,7 +2,6 @@
 Accelerate loop, held to Training Compiler's promise: no host read on steps that do not log, at most one
 execution per optimizer step plus one per logging step, and no new graphs once warm."""
 
-import json
 
 import pytest
 
@@ -64,6 +63,8 @@ def test_trainer_causal_lm_compiles_without_per_step_host_reads(make_job):
     assert job.succeeded
     report = job.read_json("output/data/compiler/compile-report-rank0.json")
     assert_compiles_as_promised(report)
+    reads = report["host_reads"]                          # counted as on every backend (host_reads.py)
+    assert reads["counted"] == "xla tensors read back to the host" and reads["per_step_median"] == 0, reads
     # The minimum for a Trainer job: the loss accumulator's set-up, the first step (the optimizer creates its
     # state), the steady step, and the end of training (its last sync and the save's rendezvous).
     assert report["graphs_compiled"] <= 5, report
@@ -80,7 +81,9 @@ def test_without_the_patches_transformers_reads_back_every_step(make_job):
     assert "library patch " not in result.output and "library patches armed" not in result.output
     report = job.read_json("output/data/compiler/compile-report-rank0.json")
     assert report["steps_with_host_reads"] == STEPS - 1, report
-    assert "read back to the host (explicit evaluation) in 11 of 11 optimizer steps" in json.dumps(report)
+    [finding] = [f for f in report["findings"] if f["kind"] == "host_reads"]
+    assert "read back to the host (explicit evaluation) in 11 of 11 optimizer steps" in finding["problem"], finding
+    assert "Where: transformers/masking_utils.py:" in finding["problem"], finding     # where, from host_reads.py
 
 
 def test_accelerate_loop_compiles_without_per_step_host_reads_and_saves(make_job):

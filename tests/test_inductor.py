@@ -127,6 +127,7 @@ def test_the_trainer_compiles_with_no_script_change(make_job, shared_cache):
     assert ("and GPT2LMHeadModel's own forward around transformer (lm_head, and its loss if it computes one) as one "
             "region") in result.output
     assert report["graph_breaks_total"] == 0, report["graph_breaks"]   # the boundary's own break is not the script's
+    assert report["host_reads"]["per_step_median"] == 0, report["host_reads"]   # the sync-free step (issue 50)
 
 
 def test_an_accelerate_loop_compiles_with_no_script_change(make_job, shared_cache):

@@ -141,6 +141,23 @@ class Utilisation(TypedDict, total=False):
     peak_source: str | None
 
 
+class HostReads(TypedDict, total=False):
+    """Rank 0's device tensors read back by Python (`.item()`, `bool(t)`, `.cpu()`, ...: each one a wait for the
+    device on a GPU), per optimizer step after the first (opentc_launcher.host_reads)."""
+    per_step: Amount | None                 # the median
+    measured_steps: Count | None
+    steps_with_reads: Count | None
+    counted: str | None                     # what counted as a read on this job, in words
+    every_step_at: Annotated[list[str], "a list of places"] | None   # the places that read on (nearly) every step
+
+
+class Memory(TypedDict, total=False):
+    """Rank 0's peak against its device's memory, on a GPU."""
+    peak_mb: Amount | None
+    device_mb: Amount | None
+    share: Amount | None                    # of the device's memory, 0 to 1
+
+
 class Machine(TypedDict, total=False):
     """The host the summary was written on (opentc_launcher.host.HostFacts): versions as "major.minor"."""
     cpus: Count | None
@@ -174,6 +191,8 @@ class JobSummary(TypedDict, total=False):
     utilisation: Utilisation | None
     loss: Loss | None
     peak_memory_mb: Amount | None
+    device_memory: Memory | None
+    host_reads: HostReads | None
     compile: Compiled | None
     findings: Annotated[list[str], "a list of findings"] | None
     # One worker process's figures each (the launcher's worker record): nothing here reads inside.
@@ -334,7 +353,13 @@ def headline(summary: JobSummary) -> str:
     if mfu is not None:
         parts.append(f"MFU {mfu:.1%}")
     parts.append(f"first step after {_number(summary.get('first_step_seconds'), ' s')}")
-    parts.append(f"peak memory {_number(summary.get('peak_memory_mb'), ' MB', 0)}")
+    memory = summary.get("device_memory") or Memory()
+    of_device = (f" ({memory['share']:.0%} of the GPU's {_number(memory.get('device_mb'), ' MB', 0)})"
+                 if memory.get("share") is not None else "")
+    parts.append(f"peak memory {_number(summary.get('peak_memory_mb'), ' MB', 0)}{of_device}")
+    reads = (summary.get("host_reads") or HostReads()).get("per_step")
+    if reads is not None:
+        parts.append(f"{reads:g} host read(s) a step")
     if compile_:
         parts.append(f"compile {_number(compile_.get('seconds'), ' s')} "
                      f"({compile_.get('graphs_compiled', 0)} graph(s) compiled, {compile_.get('cache_hits', 0)} "

@@ -88,6 +88,8 @@ ROWS: tuple[tuple[str, Getter, int, float, tuple[str, bool] | None], ...] = (
     ("Trainer's samples/s (whole run)", _get("throughput", "trainer_samples_per_second"), 1, 1.0, None),
     ("final loss", _final_loss, 4, 1.0, None),
     ("peak memory (MB)", _get("peak_memory_mb"), 0, 1.0, ("peak memory vs first", False)),
+    ("peak of the GPU's memory (%)", _get("device_memory", "share"), 0, 100.0, None),
+    ("host reads a step (median)", _get("host_reads", "per_step"), 1, 1.0, None),
     ("compile (s)", _get("compile", "seconds"), 1, 1.0, None),
     ("graphs compiled", _get("compile", "graphs_compiled"), 0, 1.0, None),
     ("loaded from the cache", _get("compile", "cache_hits"), 0, 1.0, None),

@@ -133,6 +133,38 @@ def cuda_peak_memory_mb() -> float | None:
     return None
 
 
+def cuda_device_memory_mb() -> float | None:
+    """The memory of this process's CUDA device, when torch is imported and CUDA is in use."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**20
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+# A compiled job whose peak is below this share of its GPU's memory leaves most of it unused (Training Compiler's
+# guide: a compiled model takes less memory, so raise the batch size until the memory is used); the batch it would
+# aim for fills this share.
+HEADROOM_SHARE = 0.5
+FILLED_SHARE = 0.85
+
+
+def headroom_finding(peak_mb: float | None, device_mb: float | None) -> str | None:
+    """What to say of a compiled job's peak against its GPU's memory, when it left most of it unused; else None.
+    Never changes the batch: the learning rate goes with it, which is the user's choice."""
+    if not peak_mb or not device_mb or peak_mb >= HEADROOM_SHARE * device_mb:
+        return None
+    times = int(FILLED_SHARE * device_mb / peak_mb * 10) / 10
+    return (f"the GPU's memory was at most {peak_mb / device_mb:.0%} used ({peak_mb:,.0f} MB at the peak of "
+            f"{device_mb:,.0f} MB): a batch up to about {times:g}x as large would likely fit (activations grow with "
+            f"the batch; the weights and optimizer state do not, so the real room is larger). To fix: Training "
+            f"Compiler's own advice for a compiled job, which takes less memory than eager: raise the batch size "
+            f"(per_device_train_batch_size) and the learning rate with it, until the peak is about "
+            f"{FILLED_SHARE:.0%} of the memory; the image never changes the batch itself.")
+
+
 def step_statistics(steps: StepCounter, warmup: int, compiled_at: Sequence[float] = ()) -> StepTimes:
     """Seconds between optimizer steps once warm: the first `warmup` steps are left out (all but the first when
     the job had too few), and so are the later steps that compiled a graph (`compiled_at`: time.monotonic() of each

@@ -132,14 +132,17 @@ class WorkerOptions:
     library_patches: bool = _option(
         True, kind=FLAG, metavar="true|false",
         help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads every step, "
-             "saving, tied weights: xla/library_patches.py), and on every backend those that let a transformers 4.x "
-             "script run on the image's accelerate and torch-xla (era_patches.py); false: run them as installed",
+             "saving, tied weights: xla/library_patches.py), and on every backend those that take the Trainer's "
+             "host reads out of its step (sync_free_step.py) and those that let a transformers 4.x script run on "
+             "the image's accelerate and torch-xla (era_patches.py); false: run them as installed",
         setting=AsSetting("the version-guarded fixes for libraries: on XLA, for those that mishandle XLA tensors "
                           "(host reads every step, saving: see [Hugging Face libraries on XLA]"
-                          "(compilers.md#hugging-face-libraries-on-xla)); on every backend, for a transformers 4.x "
-                          "script on the image's accelerate and torch-xla (see [Scripts pinned to transformers 4.x]"
-                          "(migrating-from-training-compiler.md#scripts-pinned-to-transformers-4x)); `false` runs the "
-                          "libraries exactly as installed"))
+                          "(compilers.md#hugging-face-libraries-on-xla)); on every backend, for a Trainer step "
+                          "without host reads (see [The Trainer's step, without a host read]"
+                          "(compilers.md#the-trainers-step-without-a-host-read-every-backend)) and for a "
+                          "transformers 4.x script on the image's accelerate and torch-xla (see [Scripts pinned to "
+                          "transformers 4.x](migrating-from-training-compiler.md#scripts-pinned-to-transformers-4x)); "
+                          "`false` runs the libraries exactly as installed"))
     summary_dir: str = _option(
         "", metavar="DIR",
         help="write each worker's measurements (optimizer steps, step times, throughput from its batches, peak "

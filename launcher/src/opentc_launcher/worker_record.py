@@ -11,6 +11,7 @@ import os
 from typing import TypedDict, cast
 
 from .files import write_json
+from .host_reads import HostReadFigures
 
 log = logging.getLogger("opentc_launcher")
 
@@ -69,10 +70,12 @@ class WorkerRecord(TypedDict):
     throughput: Rates | None
     peak_memory_mb: float
     peak_memory_kind: str         # what measured it
+    device_memory_mb: float | None   # the memory of the GPU it used; None on a CPU
     compile: CompiledFigures | None   # None: a backend that compiles nothing
     findings: list[str]           # what the worker found wrong with the script
     compile_findings: list[CompileFinding]
     model: ModelFigures | None    # None: no model seen, or none that trains
+    host_reads: HostReadFigures | None   # device tensors read back per optimizer step; None: not watched
     children_cpu_seconds: float   # of the processes the script started and waited for (measurements.children_usage)
     children_peak_memory_mb: float
 

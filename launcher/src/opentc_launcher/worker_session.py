@@ -13,16 +13,26 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from . import exit_codes
-from .compile_report import CompileReport, late_compilation_finding, log_report, write_compile_report
+from .compile_report import (
+    HOST_READS,
+    CompileReport,
+    Finding,
+    late_compilation_finding,
+    log_report,
+    write_compile_report,
+)
 from .era_patches import install as install_era_patches
 from .failure_records import record_error
+from .host_reads import HOST_READS_FIX, HostReadFigures, HostReads, per_step_finding
 from .identity import WorkerIdentity
 from .idle_optimizer import IdleOptimizerCheck
 from .ignored_fp16 import IgnoredFp16Check
 from .measurements import (
     BatchWatch,
     children_usage,
+    cuda_device_memory_mb,
     cuda_peak_memory_mb,
+    headroom_finding,
     host_peak_memory_mb,
     step_statistics,
 )
@@ -30,6 +40,7 @@ from .model_watch import ModelWatch
 from .options import WorkerOptions
 from .script_findings import ScriptFindings
 from .steps import StepCounter
+from .sync_free_step import install as install_sync_free_step
 from .uneven_shards import UnevenShardsCheck
 from .worker_record import CompiledFigures, CompileFinding, StepTimes, WorkerRecord, write_record
 
@@ -40,6 +51,8 @@ class WorkerSession:
     """One worker process's compiler, around the user's script: `start` before it, `after_step` after each
     optimizer step, `finish` after it, however it ended (the compile report, where the backend has one, and the
     measurements for the job summary, for every backend)."""
+
+    compiles = False   # whether the backend compiles the script (a compiled job's memory headroom is a finding)
 
     def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
         self.options = options
@@ -52,7 +65,14 @@ class WorkerSession:
         self.idle_optimizers = IdleOptimizerCheck(self.findings)
         self.uneven_shards = UnevenShardsCheck(self.findings)
         self.ignored_fp16 = IgnoredFp16Check(self.findings)
+        self.host_reads = HostReads(self.device_type)
+        self._watching_reads = False
         self._stopping = threading.Lock()
+
+    @property
+    def device_type(self) -> str:
+        """What a device tensor is in this worker (torch's device type): cuda, or cpu on a CPU job."""
+        return "cpu" if self.options.device == "cpu" else "cuda"
 
     def start(self) -> None:
         self.steps.install()
@@ -61,11 +81,16 @@ class WorkerSession:
         self.ignored_fp16.install()
         if self.options.library_patches:
             install_era_patches()
+            install_sync_free_step()
         if self.options.summary_dir:
             self.batches.install()
             self.model.install()
+        if self.options.summary_dir or self.options.compile_report_dir:
+            self.host_reads.install()
+            self._watching_reads = True
 
     def _stepped(self, step: int) -> None:
+        self.host_reads.step_ended()
         if step == 1 and self.options.summary_dir:
             self.model.describe()   # the model being trained, while it is alive: a script may drop it at the end
         self.after_step(step)
@@ -88,6 +113,10 @@ class WorkerSession:
             return cuda, "CUDA allocator's peak"
         return host_peak_memory_mb(), "peak resident memory of the process"
 
+    def device_memory(self) -> float | None:
+        """The memory of the device the script used (MB), on a GPU; None on a CPU."""
+        return cuda_device_memory_mb()
+
     def finish(self, exit_code: int) -> None:
         self.write_results(exit_code, self.compile_report(exit_code))
 
@@ -96,6 +125,9 @@ class WorkerSession:
         process."""
         self.idle_optimizers.conclude()   # a verdict on the whole job, before the record that carries it
         stats = step_statistics(self.steps, self.options.warmup_steps, self.compiled_at())
+        reads = self.host_reads.figures() if self._watching_reads else None
+        if reads is not None:
+            self._report_host_reads(reads, report)
         if report is not None:
             late = late_compilation_finding(stats)
             if late is not None:
@@ -103,6 +135,22 @@ class WorkerSession:
             log_report(report, write_compile_report(report, self.options.compile_report_dir))
         if self.options.summary_dir:
             write_record(self.options.summary_dir, self.measurements(exit_code, report, stats))
+
+    def _report_host_reads(self, reads: HostReadFigures, report: CompileReport | None) -> None:
+        """The host reads in the compile report (its details, and a finding where a place reads every step) or, for
+        a backend without one, among the script's findings. A backend that found per-step reads its own way (XLA's
+        counters) keeps its finding, told where they are."""
+        problem = per_step_finding(reads)
+        if report is None:
+            if problem:
+                self.findings.add(Finding(problem, HOST_READS_FIX, HOST_READS).text())
+            return
+        report.details["host_reads"] = reads
+        own = next((f for f in report.findings if f.kind == HOST_READS), None)
+        if own is not None and reads["per_step_sites"]:
+            own.problem += " Where: " + "; ".join(s["where"] for s in reads["per_step_sites"][:5]) + "."
+        elif own is None and problem:
+            report.findings.append(Finding(problem, HOST_READS_FIX, HOST_READS))
 
     def stop_at_compilation_limit(self, message: str, build_report: Callable[[int], CompileReport]) -> NoReturn:
         """Stop this worker now, with the compile report and the reason, from whichever thread saw the limit
@@ -124,6 +172,11 @@ class WorkerSession:
             start = ends[stats["warmup_steps"] - 1] if stats["warmup_steps"] else ends[0]
             throughput = self.batches.rates(start, ends[-1])
         memory, kind = self.peak_memory()
+        device_memory = self.device_memory()
+        if self.compiles and exit_code == 0:
+            headroom = headroom_finding(memory, device_memory)
+            if headroom:
+                self.findings.add(headroom)
         children_cpu, children_memory = children_usage()
         return WorkerRecord(
             process=self.process, rank=self.identity.rank, world_size=self.identity.world_size,
@@ -132,6 +185,7 @@ class WorkerSession:
             first_step_at=steps.wall_clock(ends[0]) if len(ends) else None,
             step_seconds=stats, throughput=throughput,
             peak_memory_mb=round(memory, 1), peak_memory_kind=kind,
+            device_memory_mb=None if device_memory is None else round(device_memory, 1),
             compile=None if report is None else CompiledFigures(
                 seconds=report.compile_seconds_total, graphs_compiled=report.graphs_compiled,
                 cache_hits=report.persistent_cache.get("hits", 0)),
@@ -139,5 +193,6 @@ class WorkerSession:
             # the compile report's findings, each with its kind: the job summary keeps one of each kind
             compile_findings=[CompileFinding(kind=f.kind, text=f.text()) for f in report.findings] if report else [],
             model=self.model.figures,
+            host_reads=self.host_reads.figures() if self._watching_reads else None,
             children_cpu_seconds=round(children_cpu, 2), children_peak_memory_mb=round(children_memory, 1),
         )

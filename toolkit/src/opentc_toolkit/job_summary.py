@@ -21,8 +21,10 @@ from opentc_compare.summary import (
     FILE_NAME,
     FORMAT,
     Compiled,
+    HostReads,
     JobSummary,
     Machine,
+    Memory,
     StepSeconds,
     Throughput,
     Utilisation,
@@ -135,6 +137,22 @@ def _step_seconds(record: WorkerRecord | None) -> StepSeconds:
                        warmup_steps=times.get("warmup_steps"), compiling_left_out=times.get("compiling_left_out"))
 
 
+def _host_reads(record: WorkerRecord | None) -> HostReads | None:
+    reads = record.get("host_reads") if record else None
+    if not reads:
+        return None
+    return HostReads(per_step=reads.get("per_step_median"), measured_steps=reads.get("measured_steps"),
+                     steps_with_reads=reads.get("steps_with_reads"), counted=reads.get("counted"),
+                     every_step_at=[site["where"] for site in reads.get("per_step_sites") or []])
+
+
+def _device_memory(record: WorkerRecord | None) -> Memory | None:
+    device, peak = (record.get("device_memory_mb"), record.get("peak_memory_mb")) if record else (None, None)
+    if not device or peak is None:
+        return None
+    return Memory(peak_mb=peak, device_mb=device, share=round(peak / device, 4))
+
+
 def _compiled(record: WorkerRecord | None) -> Compiled | None:
     figures = record.get("compile") if record else None
     if not figures:
@@ -189,6 +207,8 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
         utilisation=_utilisation(first, device, gpu, throughput, plan.world.workers_per_host if plan else None),
         loss=recorder.lines.loss(),
         peak_memory_mb=max(memory) if memory else None,
+        device_memory=_device_memory(first),
+        host_reads=_host_reads(None if unseen else first),
         compile=_compiled(first),
         findings=([unseen] if unseen else []) + findings(records),
         processes=[dict(record) for record in records],

@@ -182,6 +182,8 @@ def _recompilations() -> list[dict[str, Any]]:
 class InductorSession(WorkerSession):
     """torch.compile in one worker: configured before the script, observed while it runs, reported after."""
 
+    compiles = True
+
     def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
         super().__init__(options, identity, process)
         self.defaults = CompileTimeDefaults(options, process)

@@ -90,6 +90,8 @@ def xla_runtime_env(options: WorkerOptions, identity: WorkerIdentity, env: Mappi
 class XlaSession(WorkerSession):
     """The XLA runtime of one worker: configured, imported and (with several workers) grouped."""
 
+    compiles = True
+
     def __init__(self, options: WorkerOptions, identity: WorkerIdentity, process: str):
         super().__init__(options, identity, process)
         self.cache: dict = {"dir": "", "mode": "off"}
@@ -100,6 +102,10 @@ class XlaSession(WorkerSession):
     @property
     def device(self) -> str:
         return pjrt_device(self.options)
+
+    @property
+    def device_type(self) -> str:
+        return "xla"
 
     @classmethod
     def prepare(cls, options: WorkerOptions, identity: WorkerIdentity,
@@ -211,6 +217,18 @@ class XlaSession(WorkerSession):
             except (KeyError, RuntimeError, TypeError):
                 pass
         return super().peak_memory()
+
+    def device_memory(self) -> float | None:
+        """XLA's runtime limit on a GPU; None on XLA:CPU."""
+        if self.options.device != "cpu":
+            import torch_xla
+            import torch_xla.core.xla_model as xm
+
+            try:
+                return xm.get_memory_info(torch_xla.device())["bytes_limit"] / 2**20
+            except (KeyError, RuntimeError, TypeError):
+                pass
+        return None
 
     def finish(self, exit_code: int) -> None:
         """After the script, however it ended: the compile report, and debug mode's last metrics."""
