@@ -111,6 +111,18 @@ def test_a_compiled_function_that_reads_runs_as_without_the_watch(reads):
     assert reads.figures()["reads"] == 0 and reads.pending >= 1     # counted, in the step still open
 
 
+def test_a_read_in_what_a_compiled_function_runs_eagerly_counts_as_the_scripts(reads):
+    """The head region runs the model's trunk eagerly behind torch.compiler.disable, under Dynamo's frames: a read
+    there is the script's (masking_utils' in a trunk), not the compiler's own."""
+    @torch.compiler.disable
+    def eager_part(x):
+        return x * x.sum().item()
+
+    compiled = torch.compile(lambda x: eager_part(x + 1) * 2, backend="eager")
+    assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 24.0))
+    assert reads.pending == 1 and COMPILING not in reads.left_out, (reads.pending, reads.left_out)
+
+
 def test_a_place_that_reads_every_step_is_a_finding_and_logging_steps_are_not(reads):
     loss = torch.tensor(1.0)
     for step in range(1, 9):
@@ -232,8 +244,8 @@ def test_a_trainer_step_reads_nothing_back_with_the_patches_and_three_times_with
         runs[patched] = (job, result, job.read_json("output/data/job-summary.json"))
     job, result, summary = runs[True]
     for name in ("transformers-nan-inf-filter-on-device", "accelerate-notes-all-ones-masks",
-                 "transformers-masks-known-all-ones", "transformers-collation-through-numpy",
-                 "accelerate-copies-batches-without-waiting"):
+                 "transformers-trainer-keeps-mask-facts", "transformers-masks-known-all-ones",
+                 "transformers-collation-through-numpy", "accelerate-copies-batches-without-waiting"):
         assert f"library patch {name} applied" in result.output, name
     reads = summary["host_reads"]
     assert reads["per_step"] == 0 and reads["measured_steps"] == STEPS - 1, reads

@@ -155,16 +155,19 @@ class HostReads:
         site = ""
         while frame is not None:
             path = frame.f_code.co_filename.replace("\\", "/")
-            if any(marker in path for marker in _COMPILERS):
-                self._leave_out(COMPILING)
-                return
             if self.device_type == "cpu" and _DATA_LOADING in path:
                 self._leave_out(DATA_LOADING)
                 return
-            if not site and _TORCH not in path and _OURS not in path:
-                site = place(frame)
-                if self.device_type != "cpu":
-                    break   # on a device, a host tensor is never counted: nothing further up changes the verdict
+            if not site:
+                # A compiler's own read is made by its code, inside torch, before any caller's: further out, a
+                # compiler's frames are the compiled code's callers (a region's eager part runs under them).
+                if any(marker in path for marker in _COMPILERS):
+                    self._leave_out(COMPILING)
+                    return
+                if _TORCH not in path and _OURS not in path:
+                    site = place(frame)
+                    if self.device_type != "cpu":
+                        break   # on a device, a host tensor is never counted: nothing further out changes that
             frame = frame.f_back
         self._count(site or "unknown")
 

@@ -192,6 +192,35 @@ NOTES_ALL_ONES_MASKS = LibraryPatch(
 )
 
 
+# --- transformers: the Trainer's own copy keeps what is known of the mask ---------------------------------------------
+# The Trainer moves each batch to its device again (Trainer._prepare_input: `data.to(**kwargs)`), which copies a
+# tensor whose device it names differently ("cpu" and accelerate's "cpu:0" on a CPU): the copy carries what was found.
+
+def _trainer_keeps_mask_facts(module: ModuleType) -> None:
+    trainer = getattr(module, "Trainer", None)
+    original = getattr(trainer, "_prepare_input", None)
+    if not callable(original) or "return data.to(**kwargs)" not in source_of(original):
+        raise TargetChanged("Trainer._prepare_input no longer moves a tensor with data.to(**kwargs)")
+
+    def _prepare_input(self: Any, data: Any) -> Any:
+        prepared = original(self, data)
+        if prepared is not data and getattr(data, ALL_ONES, False):
+            setattr(prepared, ALL_ONES, True)
+        return prepared
+
+    replace_once(trainer, "_prepare_input", _prepare_input, key="opentc.trainer-keeps-mask-facts")
+
+
+TRAINER_KEEPS_MASK_FACTS = LibraryPatch(
+    name="transformers-trainer-keeps-mask-facts",
+    module="transformers.trainer",
+    why="the Trainer's own move of a batch to its device copies it where the device is named differently; the copy "
+        "of a mask found all ones is known so too, for transformers-masks-known-all-ones",
+    apply=_trainer_keeps_mask_facts,
+    unpatched=UNPATCHED,
+)
+
+
 # --- transformers: a mask known to be all ones ----------------------------------------------------------------------
 # masking_utils' create_causal_mask (and its kin) builds no mask for an attention mask with no padding: it reads the
 # mask back to find that out (`padding_mask is None or fast_all(padding_mask)` in _ignore_causal_mask_sdpa), and then
@@ -313,7 +342,7 @@ COLLATION_THROUGH_NUMPY = LibraryPatch(
 )
 
 PATCHES: tuple[LibraryPatch, ...] = (NAN_INF_FILTER_ON_DEVICE, COPIES_WITHOUT_WAITING, NOTES_ALL_ONES_MASKS,
-                                     MASKS_KNOWN_ALL_ONES, COLLATION_THROUGH_NUMPY)
+                                     TRAINER_KEEPS_MASK_FACTS, MASKS_KNOWN_ALL_ONES, COLLATION_THROUGH_NUMPY)
 
 
 def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
