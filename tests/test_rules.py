@@ -213,6 +213,27 @@ def test_a_script_that_reaches_for_smdistributed_is_told_what_to_use_instead():
         "ModuleNotFoundError: No module named 'x'"
 
 
+@pytest.mark.parametrize(("error", "said"), [
+    (ValueError("ProcessGroupNCCL is only supported with GPUs, no GPUs found!"),
+     'the script asks torch.distributed for backend="nccl", which needs GPUs, and this host has none'),
+    (RuntimeError("No backend type associated with device type cpu"),
+     "the script's process group has no backend for CPU tensors: nccl reduces CUDA tensors only"),
+    (RuntimeError("Distributed package doesn't have NCCL built in"),
+     'the script asks torch.distributed for backend="nccl", and this torch was built without NCCL'),
+    (RuntimeError("Distributed package doesn't have Gloo built in"),
+     'the script asks torch.distributed for backend="gloo", and this torch was built without gloo')],
+    ids=["nccl-without-gpu", "nccl-with-cpu-tensors", "torch-without-nccl", "torch-without-gloo"])
+def test_a_backend_the_host_or_torch_lacks_is_named_first_with_what_to_use(error, said):
+    """Issue 52: the peer toolkit's nccl-on-CPU job failed with torch's words alone; the backend, what is missing
+    and what to use instead come first, torch's own line after them (also when it caused another error)."""
+    first, second = summarize_exception(error).split("\n")
+    assert first.startswith(said), first
+    assert second == f"({type(error).__name__}: {error})"
+    chained = RuntimeError("training failed")
+    chained.__cause__ = error
+    assert summarize_exception(chained).startswith(said)
+
+
 # -- what a stop after the workers says -----------------------------------------------------------------------------
 class StopAfter:
     """A supervisor whose stop arrives once `stop_requested` has been read `reads` times: a SIGTERM at a known moment
