@@ -335,3 +335,61 @@ def test_host_reads_of_the_scripts_own_are_told_to_log_less_often():
     [finding] = host_read_findings(optimizer_steps=0, syncs=6, evaluations=6, host_checks={})
     assert finding.problem == "6 explicit evaluation(s) (a tensor read back to the host) in 6 sync(s)."
     assert finding.fix == EVALUATION_FIX
+
+
+# -- XLA's recompilation finding: one unit per timeline (xla/diagnostics.StepOrSyncTimelines) -------------------------
+def test_graphs_compiled_before_the_first_optimizer_step_are_warm_up_not_recompilation():
+    """Issue 52: a 6-step DPO job's report said graphs compiled "at steps 6, 7, 8, 9, 11, 13, 14, 15": sync counts
+    (its reference model's syncs before the first optimizer step) compared with a warm-up of 5 optimizer steps."""
+    from opentc_launcher.xla.diagnostics import StepOrSyncTimelines
+
+    timelines, compiles = StepOrSyncTimelines(warmup_steps=5), 0
+    for sync in range(1, 16):   # before the first optimizer step: new graphs at these syncs
+        compiles += sync in (1, 6, 7, 8, 9, 11, 13, 14, 15)
+        timelines.observe(0, sync, compiles)
+    for step in range(1, 7):    # then 6 optimizer steps, one sync each, nothing new
+        timelines.observe(step, 15 + step, compiles)
+    chosen = timelines.chosen(6)
+    assert chosen.unit == "optimizer step" and chosen.recompilation_finding() is None
+    assert timelines.by_sync.recompilation_finding() is not None   # what the mixed count said
+
+
+def test_a_script_without_optimizer_steps_is_judged_by_syncs_and_the_finding_says_so():
+    from opentc_launcher.compile_report import recompilation_warning
+    from opentc_launcher.xla.diagnostics import StepOrSyncTimelines
+
+    timelines = StepOrSyncTimelines(warmup_steps=5)
+    for sync in range(1, 11):
+        timelines.observe(0, sync, sync)   # a new graph at every sync
+    chosen = timelines.chosen(0)
+    finding = chosen.recompilation_finding()
+    assert finding is not None and finding.problem.startswith(
+        "5 graph(s) were compiled after warm-up (sync 5: no optimizer step was taken, so syncs count), at 5 different "
+        "syncs (6, 7, 8, 9, 10, ...)"), finding.problem
+    assert "at 5 different syncs, the last at sync 10: no optimizer step was taken" in \
+        recompilation_warning("rank0", chosen, 10)
+
+
+def test_optimizer_steps_keep_their_words():
+    from opentc_launcher.compile_report import CompileTimeline
+
+    timeline = CompileTimeline(warmup_steps=2)
+    for step in range(1, 7):
+        timeline.observe(step, step)
+    finding = timeline.recompilation_finding()
+    assert finding is not None and finding.problem.startswith(
+        "4 graph(s) were compiled after warm-up (optimizer step 2), at 4 different optimizer steps (3, 4, 5, 6, ...)")
+
+
+# -- nothing compiled: the same words on every backend ---------------------------------------------------------------
+def test_every_backend_says_nothing_was_compiled_in_the_same_words():
+    from opentc_launcher.compile_report import NOTHING_COMPILED, NOTHING_COMPILED_PROBLEM
+    from opentc_launcher.inductor.session import NOTHING_COMPILED_FINDING as INDUCTOR
+    from opentc_launcher.xla.diagnostics import NOTHING_COMPILED_FINDING as XLA
+
+    for backend, finding in (("xla", XLA), ("inductor", INDUCTOR)):
+        assert finding.kind == NOTHING_COMPILED
+        assert finding.problem.startswith(NOTHING_COMPILED_PROBLEM.format(backend=backend) + " (")
+        assert finding.problem.endswith("), so it ran eagerly, uncompiled.")
+    assert "torch_xla.device()" in XLA.fix and "model = torch.compile(model)" in INDUCTOR.fix
+
