@@ -393,3 +393,27 @@ def test_every_backend_says_nothing_was_compiled_in_the_same_words():
         assert finding.problem.endswith("), so it ran eagerly, uncompiled.")
     assert "torch_xla.device()" in XLA.fix and "model = torch.compile(model)" in INDUCTOR.fix
 
+
+# -- workers that never met (job_summary.never_met) ------------------------------------------------------------------
+def record(steps=8, group=None, **more):
+    return {"process": "rank0", "optimizer_steps": steps, "process_group": group, **more}
+
+
+@pytest.mark.parametrize(("records", "workers", "said"), [
+    ([record(), record()], 2, True),                                         # two workers, never a group
+    ([record(group={"backend": "gloo", "world_size": 1})] * 2, 2, True),     # each a world of its own
+    ([record()], 2, True),                                                   # one of two hosts, one process each
+    ([record(group={"backend": "gloo", "world_size": 2})] * 2, 2, False),    # they met
+    ([record(group={"backend": "gloo", "world_size": 2}), record()], 2, False),   # met at some time
+    ([record()], 1, False),                                                  # one worker: nobody to meet
+    ([record(steps=0), record(steps=0)], 2, False),                          # nothing trained
+    ([{"process": "rank0", "optimizer_steps": 8}] * 2, 2, False),            # an older record does not say
+    ([], 2, False)])
+def test_workers_that_trained_without_ever_meeting_are_a_finding(records, workers, said):
+    from opentc_toolkit.job_summary import never_met
+
+    found = never_met(records, workers)
+    assert (found is not None) == said, found
+    if said:
+        assert found.startswith(f"{workers} workers, no process group: each trained its own copy. This host's "), found
+        assert "To fix: have the script form one process group" in found

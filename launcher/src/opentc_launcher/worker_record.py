@@ -11,6 +11,7 @@ import os
 from typing import TypedDict, cast
 
 from .files import write_json
+from .process_group import ProcessGroupFigures
 
 log = logging.getLogger("opentc_launcher")
 
@@ -75,6 +76,7 @@ class WorkerRecord(TypedDict):
     model: ModelFigures | None    # None: no model seen, or none that trains
     children_cpu_seconds: float   # of the processes the script started and waited for (measurements.children_usage)
     children_peak_memory_mb: float
+    process_group: ProcessGroupFigures | None   # the largest torch.distributed group it was seen in; None: none
 
 
 def record_path(folder: str, process: str) -> str:

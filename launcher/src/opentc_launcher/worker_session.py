@@ -28,6 +28,7 @@ from .measurements import (
 )
 from .model_watch import ModelWatch
 from .options import WorkerOptions
+from .process_group import ProcessGroupWatch
 from .script_findings import ScriptFindings
 from .steps import StepCounter
 from .uneven_shards import UnevenShardsCheck
@@ -48,6 +49,7 @@ class WorkerSession:
         self.steps = StepCounter(self._stepped)
         self.batches = BatchWatch()
         self.model = ModelWatch()
+        self.process_group = ProcessGroupWatch()
         self.findings = ScriptFindings(identity.rank)
         self.idle_optimizers = IdleOptimizerCheck(self.findings)
         self.uneven_shards = UnevenShardsCheck(self.findings)
@@ -68,6 +70,7 @@ class WorkerSession:
     def _stepped(self, step: int) -> None:
         if step == 1 and self.options.summary_dir:
             self.model.describe()   # the model being trained, while it is alive: a script may drop it at the end
+            self.process_group.look()   # formed before training; a script may destroy it before it ends
         self.after_step(step)
 
     def after_step(self, step: int) -> None:
@@ -125,6 +128,7 @@ class WorkerSession:
             throughput = self.batches.rates(start, ends[-1])
         memory, kind = self.peak_memory()
         children_cpu, children_memory = children_usage()
+        self.process_group.look()
         return WorkerRecord(
             process=self.process, rank=self.identity.rank, world_size=self.identity.world_size,
             backend=self.options.backend, device=self.options.device, exit_code=exit_code,
@@ -140,4 +144,5 @@ class WorkerSession:
             compile_findings=[CompileFinding(kind=f.kind, text=f.text()) for f in report.findings] if report else [],
             model=self.model.figures,
             children_cpu_seconds=round(children_cpu, 2), children_peak_memory_mb=round(children_memory, 1),
+            process_group=self.process_group.seen,
         )
