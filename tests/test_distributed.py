@@ -150,8 +150,10 @@ STALE_WORLD = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "LOCAL_WORLD_S
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_toolkit_decides_the_world_whatever_the_container_had(make_job, workers):
-    """A stale world (and stale SM_* variables) never reaches the workers: one worker gets no world at all (as
-    `python train.py` would), several get the world opentc-run makes; the log names each variable it replaced."""
+    """A stale world (and stale SM_* variables) never reaches the workers: one worker gets no rank or world size (as
+    `python train.py` would), only the job's master as SageMaker's PyTorch images give every job (hosts[0], and the
+    container's MASTER_PORT, read as the job's port); several get the world opentc-run makes; the log names each
+    variable it replaced."""
     job = make_job(script="world_of_one.py",
                    sagemaker_training_compiler_enabled=False, sagemaker_pytorch_xla_multi_worker_enabled=workers > 1)
     result = run_train(job, timeout=180, OPENTC_WORKERS_PER_HOST=str(workers), SM_MODEL_DIR="/tmp/elsewhere",
@@ -162,7 +164,8 @@ def test_the_toolkit_decides_the_world_whatever_the_container_had(make_job, work
         assert found["SM_CHANNEL_TRAIN"] == str(job.root / "input" / "data" / "train"), found
         assert found["PET_NNODES"] is None and found["TORCHELASTIC_RUN_ID"] != "someone-elses", found
         if workers == 1:
-            assert {k: v for k, v in found.items() if k in STALE_WORLD and v is not None} == {}, found
+            assert {k: v for k, v in found.items() if k in STALE_WORLD and v is not None} == {
+                "MASTER_ADDR": "algo-1", "MASTER_PORT": "1234"}, found
             continue
         assert (found["RANK"], found["WORLD_SIZE"], found["world"]) == (str(rank), str(workers), workers), found
         assert found["all_reduce_sum"] == sum(range(1, workers + 1))

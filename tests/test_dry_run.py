@@ -34,7 +34,7 @@ def test_the_plan_names_settings_and_their_sources_the_command_and_the_environme
     assert "sagemaker_training_compiler_max_compilations = 7 (from the job)" in plan, plan
     assert "sagemaker_training_compiler_library_patches = true (default)" in plan, plan
     assert "OPENTC_PEER_TIMEOUT = 12.0 (from the container)" in plan, plan
-    assert "MASTER_PORT = 29500 (default)" in plan, plan
+    assert "MASTER_PORT = 7777 (default)" in plan, plan
     assert "installed first: requirements.txt from the code folder" in plan, plan
     assert f"machine: {len(os.sched_getaffinity(0))} CPUs; no GPU; torch built for " in plan, plan   # issue 41
     command = plan.split("command (in ", 1)[1].splitlines()[1]
@@ -44,6 +44,7 @@ def test_the_plan_names_settings_and_their_sources_the_command_and_the_environme
     environment = plan.split("environment, against the container's:\n", 1)[1].splitlines()
     assert "  + USE_TORCH_XLA=1" in environment, environment
     assert f"  + SM_MODEL_DIR={job.model}" in environment, environment
+    assert "  + MASTER_ADDR=algo-1" in environment and "  + MASTER_PORT=7777" in environment, environment
     assert "  - RANK (the container's '3' is not passed on)" in environment, environment
     assert tree(job.root) == before                                # nothing written, nothing installed
     assert not (job.model / "argv.json").exists()

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from opentc_compare.summary import headline
 from opentc_toolkit.loss_lines import SCRIPT, TRAINER, LossLines
 
 
@@ -30,6 +31,39 @@ def test_a_scripts_own_loss_line_is_read(line):
                                   "model.loss 1.2", "lossless 3", "the loss went down", "{'eval_loss': '1.2'}"])
 def test_what_is_not_one_loss_is_not_read(line):
     assert points(line) == []
+
+
+@pytest.mark.parametrize("line", [
+    "Test set: Average loss: 0.0022, Accuracy: 9911/10000 (99%)",   # pytorch/examples' MNIST, the peer's mnist.py
+    "validation loss 1.2", "Validation Loss = 0.8", "epoch 3 val loss: 0.7", "Eval loss=0.5", "test loss 0.4",
+    "2026-11-29 INFO Evaluating: step 10 loss 0.9", "Testing: 100%|##| loss=0.3"])
+def test_an_evaluations_loss_is_no_point_of_the_training_curve(line):
+    """Issue 52: the peer's MNIST job's headline said "loss 2.263 -> 0.0022", its last point a test set's loss."""
+    reader = read("Train Epoch: 1 [0/256 (0%)]\tLoss: 2.263", line)
+    assert [p["loss"] for p in reader.loss()["points"]] == [2.263]
+    assert reader.loss()["evaluation_lines"] == 1
+
+
+@pytest.mark.parametrize("line", ["Epoch 0: 100%|##| 10/10 [00:01, loss=0.5, v_num=0, val_loss=0.4]",
+                                  "step 3 loss 0.5 (test_run)", "[validate_every=100] loss 0.5",
+                                  "{'loss': '0.5', 'epoch': '1.0', 'eval_steps': 10}"])
+def test_a_training_loss_beside_evaluation_words_that_are_not_before_it_is_read(line):
+    reader = read(line)
+    assert [p["loss"] for p in reader.loss()["points"]] == [0.5] and reader.loss()["evaluation_lines"] == 0
+
+
+def test_the_headline_says_where_the_curve_came_from_or_that_there_was_none():
+    def said(*lines):
+        line = headline({"loss": read(*lines).loss()})
+        return line[line.index("peak memory"):].split("; ", 1)[1]   # the loss part, last
+
+    assert said("step 1 loss 2.0", "step 2 loss 1.5") == "loss 2 -> 1.5 (from the script's own loss lines)"
+    assert said("{'loss': 2.0}", "Test set: Average loss: 0.1") == \
+        "loss 2 -> 2 (from the Trainer's log; 1 evaluation line left out)"
+    assert said("Test set: Average loss: 0.1", "Test set: Average loss: 0.05") == \
+        "no training loss in the log (2 evaluation lines left out)"
+    assert said("no loss here") == "no training loss in the log"
+    assert headline({}).endswith("; no training loss in the log")   # a summary of before (or of no job)
 
 
 def test_steps_order_the_series_and_the_first_value_for_a_step_wins():

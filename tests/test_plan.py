@@ -1,6 +1,7 @@
 """Launch plans: argv and environment for each kind of job (pure functions; GPUs are only numbers here)."""
 
 import os
+from importlib.metadata import version
 from types import MappingProxyType
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from opentc_launcher.decision import decide
 from opentc_launcher.host import HostFacts
 from opentc_launcher.options import WorkerOptions
+from opentc_toolkit.contract import contract_environment
 from opentc_toolkit.distributions import Distribution
 from opentc_toolkit.job import JobPaths, TrainingJob
 from opentc_toolkit.job_settings import JobSettings
@@ -98,9 +100,36 @@ def test_multi_host_rendezvous_on_first_host(current, rank):
     assert p.world.size == 12
 
 
-def test_several_hosts_without_multi_worker_train_independently():
+def test_several_hosts_without_multi_worker_run_one_process_each_that_can_meet_the_others():
+    """Issue 52: as on SageMaker's PyTorch images, the script gets the master's address and port (and no rank or world
+    size: it passes them to init_process_group itself), and the other hosts' names are waited for."""
     p = plan(job(hosts=("algo-1", "algo-2"), current="algo-2"), JobSettings(enabled=True))
-    assert not p.command.workers_are_children and p.peers == () and p.world.size == 1
+    assert not p.command.workers_are_children and p.peers == ("algo-1",) and p.world.size == 1
+    assert (p.command.env["MASTER_ADDR"], p.command.env["MASTER_PORT"]) == ("algo-1", "7777")
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK"} & set(p.command.env)
+
+
+def test_every_job_gets_what_sagemakers_pytorch_images_give_it():
+    """aws/sagemaker-pytorch-training-toolkit's training.py, for every job: MASTER_ADDR=hosts[0], MASTER_PORT=7777
+    (MASTER_PORT in the container's environment moves it), NCCL's socket settings (the container's own kept) and the
+    torch version. One worker only gets the master: several get opentc-run's world."""
+    single = plan(job(script_env={"SM_NETWORK_INTERFACE_NAME": "lo"}), JobSettings(enabled=False),
+                  env={"NCCL_DEBUG": "INFO"}, launch=LaunchSettings.from_env({"MASTER_PORT": "6000"}))
+    env = single.command.env
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("algo-1", "6000")
+    assert (env["NCCL_IB_DISABLE"], env["NCCL_DEBUG"], env["NCCL_SOCKET_IFNAME"]) == ("1", "INFO", "lo")
+    assert env["SM_DLC_TORCH_VERSION"] == version("torch")
+    several = plan(job(gpus=2), JobSettings(enabled=False, distribution=Distribution.DATA_PARALLEL))
+    assert "MASTER_ADDR" not in several.command.env and "MASTER_PORT" not in several.command.env
+    assert several.command.env["NCCL_IB_DISABLE"] == "1"
+
+
+@pytest.mark.parametrize(("named", "interfaces", "expected"), [
+    ("eth0", {"lo", "eth0"}, "eth0"), ("eth", {"lo", "eth0"}, "eth"),   # NCCL reads the name as a prefix
+    ("eth0", {"lo", "ens5"}, None), ("", {"lo"}, None)])
+def test_nccl_is_given_the_interface_sagemaker_names_only_where_this_machine_has_it(named, interfaces, expected):
+    found = contract_environment(("algo-1",), {"SM_NETWORK_INTERFACE_NAME": named}, 7777, True, interfaces)
+    assert found.defaults.get("NCCL_SOCKET_IFNAME") == expected
 
 
 def test_xla_cpu_with_several_workers_is_refused_before_launch():
@@ -192,7 +221,9 @@ STALE = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "MASTER_ADDR": "10.0
 @pytest.mark.parametrize("distribution", [Distribution.NONE, Distribution.DATA_PARALLEL])
 def test_a_stale_world_in_the_environment_never_reaches_the_launch(distribution):
     p = plan(job(gpus=2), JobSettings(enabled=True, distribution=distribution), env={**STALE, "HOME": "/root"})
-    assert not set(STALE) & set(p.command.env), p.command.env   # one worker: none; several: opentc-run's own
+    # one worker: only the job's own master (SageMaker's PyTorch images'); several: opentc-run's own world
+    ours = {"MASTER_ADDR": "algo-1", "MASTER_PORT": "7777"} if distribution is Distribution.NONE else {}
+    assert {k: v for k, v in p.command.env.items() if k in STALE} == ours, p.command.env
     assert p.command.env["HOME"] == "/root"
     assert dict(p.replaced_variables) == STALE
 

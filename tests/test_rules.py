@@ -213,6 +213,27 @@ def test_a_script_that_reaches_for_smdistributed_is_told_what_to_use_instead():
         "ModuleNotFoundError: No module named 'x'"
 
 
+@pytest.mark.parametrize(("error", "said"), [
+    (ValueError("ProcessGroupNCCL is only supported with GPUs, no GPUs found!"),
+     'the script asks torch.distributed for backend="nccl", which needs GPUs, and this host has none'),
+    (RuntimeError("No backend type associated with device type cpu"),
+     "the script's process group has no backend for CPU tensors: nccl reduces CUDA tensors only"),
+    (RuntimeError("Distributed package doesn't have NCCL built in"),
+     'the script asks torch.distributed for backend="nccl", and this torch was built without NCCL'),
+    (RuntimeError("Distributed package doesn't have Gloo built in"),
+     'the script asks torch.distributed for backend="gloo", and this torch was built without gloo')],
+    ids=["nccl-without-gpu", "nccl-with-cpu-tensors", "torch-without-nccl", "torch-without-gloo"])
+def test_a_backend_the_host_or_torch_lacks_is_named_first_with_what_to_use(error, said):
+    """Issue 52: the peer toolkit's nccl-on-CPU job failed with torch's words alone; the backend, what is missing
+    and what to use instead come first, torch's own line after them (also when it caused another error)."""
+    first, second = summarize_exception(error).split("\n")
+    assert first.startswith(said), first
+    assert second == f"({type(error).__name__}: {error})"
+    chained = RuntimeError("training failed")
+    chained.__cause__ = error
+    assert summarize_exception(chained).startswith(said)
+
+
 # -- what a stop after the workers says -----------------------------------------------------------------------------
 class StopAfter:
     """A supervisor whose stop arrives once `stop_requested` has been read `reads` times: a SIGTERM at a known moment
@@ -314,3 +335,85 @@ def test_host_reads_of_the_scripts_own_are_told_to_log_less_often():
     [finding] = host_read_findings(optimizer_steps=0, syncs=6, evaluations=6, host_checks={})
     assert finding.problem == "6 explicit evaluation(s) (a tensor read back to the host) in 6 sync(s)."
     assert finding.fix == EVALUATION_FIX
+
+
+# -- XLA's recompilation finding: one unit per timeline (xla/diagnostics.StepOrSyncTimelines) -------------------------
+def test_graphs_compiled_before_the_first_optimizer_step_are_warm_up_not_recompilation():
+    """Issue 52: a 6-step DPO job's report said graphs compiled "at steps 6, 7, 8, 9, 11, 13, 14, 15": sync counts
+    (its reference model's syncs before the first optimizer step) compared with a warm-up of 5 optimizer steps."""
+    from opentc_launcher.xla.diagnostics import StepOrSyncTimelines
+
+    timelines, compiles = StepOrSyncTimelines(warmup_steps=5), 0
+    for sync in range(1, 16):   # before the first optimizer step: new graphs at these syncs
+        compiles += sync in (1, 6, 7, 8, 9, 11, 13, 14, 15)
+        timelines.observe(0, sync, compiles)
+    for step in range(1, 7):    # then 6 optimizer steps, one sync each, nothing new
+        timelines.observe(step, 15 + step, compiles)
+    chosen = timelines.chosen(6)
+    assert chosen.unit == "optimizer step" and chosen.recompilation_finding() is None
+    assert timelines.by_sync.recompilation_finding() is not None   # what the mixed count said
+
+
+def test_a_script_without_optimizer_steps_is_judged_by_syncs_and_the_finding_says_so():
+    from opentc_launcher.compile_report import recompilation_warning
+    from opentc_launcher.xla.diagnostics import StepOrSyncTimelines
+
+    timelines = StepOrSyncTimelines(warmup_steps=5)
+    for sync in range(1, 11):
+        timelines.observe(0, sync, sync)   # a new graph at every sync
+    chosen = timelines.chosen(0)
+    finding = chosen.recompilation_finding()
+    assert finding is not None and finding.problem.startswith(
+        "5 graph(s) were compiled after warm-up (sync 5: no optimizer step was taken, so syncs count), at 5 different "
+        "syncs (6, 7, 8, 9, 10, ...)"), finding.problem
+    assert "at 5 different syncs, the last at sync 10: no optimizer step was taken" in \
+        recompilation_warning("rank0", chosen, 10)
+
+
+def test_optimizer_steps_keep_their_words():
+    from opentc_launcher.compile_report import CompileTimeline
+
+    timeline = CompileTimeline(warmup_steps=2)
+    for step in range(1, 7):
+        timeline.observe(step, step)
+    finding = timeline.recompilation_finding()
+    assert finding is not None and finding.problem.startswith(
+        "4 graph(s) were compiled after warm-up (optimizer step 2), at 4 different optimizer steps (3, 4, 5, 6, ...)")
+
+
+# -- nothing compiled: the same words on every backend ---------------------------------------------------------------
+def test_every_backend_says_nothing_was_compiled_in_the_same_words():
+    from opentc_launcher.compile_report import NOTHING_COMPILED, NOTHING_COMPILED_PROBLEM
+    from opentc_launcher.inductor.session import NOTHING_COMPILED_FINDING as INDUCTOR
+    from opentc_launcher.xla.diagnostics import NOTHING_COMPILED_FINDING as XLA
+
+    for backend, finding in (("xla", XLA), ("inductor", INDUCTOR)):
+        assert finding.kind == NOTHING_COMPILED
+        assert finding.problem.startswith(NOTHING_COMPILED_PROBLEM.format(backend=backend) + " (")
+        assert finding.problem.endswith("), so it ran eagerly, uncompiled.")
+    assert "torch_xla.device()" in XLA.fix and "model = torch.compile(model)" in INDUCTOR.fix
+
+
+# -- workers that never met (job_summary.never_met) ------------------------------------------------------------------
+def record(steps=8, group=None, **more):
+    return {"process": "rank0", "optimizer_steps": steps, "process_group": group, **more}
+
+
+@pytest.mark.parametrize(("records", "workers", "said"), [
+    ([record(), record()], 2, True),                                         # two workers, never a group
+    ([record(group={"backend": "gloo", "world_size": 1})] * 2, 2, True),     # each a world of its own
+    ([record()], 2, True),                                                   # one of two hosts, one process each
+    ([record(group={"backend": "gloo", "world_size": 2})] * 2, 2, False),    # they met
+    ([record(group={"backend": "gloo", "world_size": 2}), record()], 2, False),   # met at some time
+    ([record()], 1, False),                                                  # one worker: nobody to meet
+    ([record(steps=0), record(steps=0)], 2, False),                          # nothing trained
+    ([{"process": "rank0", "optimizer_steps": 8}] * 2, 2, False),            # an older record does not say
+    ([], 2, False)])
+def test_workers_that_trained_without_ever_meeting_are_a_finding(records, workers, said):
+    from opentc_toolkit.job_summary import never_met
+
+    found = never_met(records, workers)
+    assert (found is not None) == said, found
+    if said:
+        assert found.startswith(f"{workers} workers, no process group: each trained its own copy. This host's "), found
+        assert "To fix: have the script form one process group" in found

@@ -115,8 +115,9 @@ class LossPoint(TypedDict):
 
 
 class Loss(TypedDict, total=False):
-    source: str | None
+    source: str | None          # where the points came from, in words (loss_lines), or null: no training loss found
     points: Annotated[list[LossPoint], "a list of loss points"] | None
+    evaluation_lines: Count | None   # lines with an evaluation's loss (`Test set: Average loss`): no points
 
 
 class Compiled(TypedDict, total=False):
@@ -364,10 +365,21 @@ def headline(summary: JobSummary) -> str:
         parts.append(f"compile {_number(compile_.get('seconds'), ' s')} "
                      f"({compile_.get('graphs_compiled', 0)} graph(s) compiled, {compile_.get('cache_hits', 0)} "
                      f"from the cache)")
-    losses = (summary.get("loss") or Loss()).get("points") or []
-    if losses:
-        parts.append(f"loss {_loss(losses[0]['loss'])} -> {_loss(losses[-1]['loss'])}")
+    parts.append(_loss_part(summary.get("loss") or Loss()))
     return "; ".join(parts)
+
+
+def _loss_part(loss: Loss) -> str:
+    """The loss curve's ends and where they came from, or that the log had no training loss (and how many evaluation
+    lines it left out, which are not one)."""
+    points = loss.get("points") or []
+    left_out = loss.get("evaluation_lines") or 0
+    evaluations = f"{left_out} evaluation line{'' if left_out == 1 else 's'} left out"
+    if not points:
+        return "no training loss in the log" + (f" ({evaluations})" if left_out else "")
+    source = loss.get("source") or "the log"
+    return (f"loss {_loss(points[0]['loss'])} -> {_loss(points[-1]['loss'])} (from {source}"
+            + (f"; {evaluations})" if left_out else ")"))
 
 
 def _ms(seconds: float | None) -> float | None:

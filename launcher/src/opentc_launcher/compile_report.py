@@ -51,12 +51,29 @@ LATE_COMPILATION = "late_compilation"
 MAX_MOMENTS = 1000
 
 
+# Every backend's words when a process compiled nothing: the same problem on each (its backend named), with the
+# backend's own account of what the script did not do, and its own fix.
+NOTHING_COMPILED_PROBLEM = ("nothing was compiled in this process: the compiler ({backend}) is on, but the script gave "
+                            "it nothing to compile")
+
+
+def nothing_compiled_finding(backend: str, because: str, fix: str) -> Finding:
+    """The finding of a process that compiled nothing: `because` says what the script did not do, in the backend's
+    terms."""
+    return Finding(f"{NOTHING_COMPILED_PROBLEM.format(backend=backend)} ({because}), so it ran eagerly, uncompiled.",
+                   fix, NOTHING_COMPILED)
+
+
+OPTIMIZER_STEP = "optimizer step"
+
+
 @dataclass
 class CompileTimeline:
-    """Compilations seen, relative to the training steps (optimizer steps where the script has an optimizer,
-    else the backend's own unit: syncs on XLA)."""
+    """Compilations seen, relative to the training steps: optimizer steps (`unit`), or the backend's own unit where
+    the script takes none (syncs on XLA), said in its findings and warnings."""
 
     warmup_steps: int
+    unit: str = OPTIMIZER_STEP
     steps_seen: int = 0
     compiles_seen: int = 0
     after_warmup: int = 0
@@ -86,9 +103,13 @@ class CompileTimeline:
         if not self.keeps_recompiling:
             return None
         where = ", ".join(str(s) for s in self.steps_with_new_graphs[:8])
-        return Finding(f"{self.after_warmup} graph(s) were compiled after warm-up (step {self.warmup_steps}), at "
-                       f"{self.late_points} different steps ({where}, ...): input shapes are changing between "
-                       f"steps.", SHAPES_FIX, RECOMPILATION)
+        return Finding(f"{self.after_warmup} graph(s) were compiled after warm-up ({self.unit} {self.warmup_steps}"
+                       f"{self.unit_note()}), at {self.late_points} different {self.unit}s ({where}, ...): input "
+                       f"shapes are changing between steps.", SHAPES_FIX, RECOMPILATION)
+
+    def unit_note(self) -> str:
+        """Why the steps are counted in another unit than optimizer steps, where they are."""
+        return "" if self.unit == OPTIMIZER_STEP else f": no optimizer step was taken, so {self.unit}s count"
 
 
 def late_compilation_finding(stats: Mapping[str, Any]) -> Finding | None:
@@ -107,9 +128,11 @@ def late_compilation_finding(stats: Mapping[str, Any]) -> Finding | None:
 
 def recompilation_warning(process: str, timeline: CompileTimeline, compiles: int) -> str:
     """The line logged while the job runs, when new graphs keep appearing after warm-up."""
+    unit = timeline.unit
     return (f"{process}: new graphs keep being compiled after warm-up ({timeline.after_warmup} at "
-            f"{timeline.late_points} different steps, the last at step {timeline.steps_seen}; {compiles} graphs "
-            f"in all): input shapes are probably changing between steps. To fix: {SHAPES_FIX}.")
+            f"{timeline.late_points} different {unit}s, the last at {unit} {timeline.steps_seen}"
+            f"{timeline.unit_note()}; {compiles} graphs in all): input shapes are probably changing between steps. "
+            f"To fix: {SHAPES_FIX}.")
 
 
 def limit_message(compiles: int, limit: int, what: str = "compiled") -> str:
@@ -137,6 +160,7 @@ class CompileReport:
     persistent_cache: dict
     findings: list[Finding]
     details: dict[str, Any] = field(default_factory=dict)   # the backend's own counters, flattened in the JSON
+    step_unit: str = OPTIMIZER_STEP  # what warmup_steps and steps_with_new_graphs count (CompileTimeline.unit)
     activity: str = ""              # what ran, in the backend's words ("31 executions"), for the summary line
     clean_means: str = "clean"      # what "clean" checked, in the backend's words
     nothing_observed: str = ""      # when set: the process ran nothing on the compiler (said instead of clean)

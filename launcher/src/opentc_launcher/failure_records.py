@@ -28,6 +28,30 @@ SMDISTRIBUTED = (
     "instead of SMP")
 
 
+# torch.distributed's words when a backend is asked for what this host or this torch lacks, and what to say first.
+_BACKEND_HINTS = (
+    ("ProcessGroupNCCL is only supported with GPUs",
+     'the script asks torch.distributed for backend="nccl", which needs GPUs, and this host has none (NCCL runs '
+     'collectives between CUDA devices only). Use backend="gloo" on CPU instances (or "cpu:gloo,cuda:nccl", which '
+     'picks by the tensors\' device), or run the job on GPU instances.'),
+    ("No backend type associated with device type cpu",
+     "the script's process group has no backend for CPU tensors: nccl reduces CUDA tensors only. Move the tensors to "
+     'the GPU, or create the group with backend="cpu:gloo,cuda:nccl" (or "gloo" on CPU instances).'),
+    ("doesn't have NCCL built in",
+     'the script asks torch.distributed for backend="nccl", and this torch was built without NCCL (a CPU build). '
+     'Use backend="gloo", or an image whose torch has CUDA on GPU instances.'),
+    ("doesn't have Gloo built in",
+     'the script asks torch.distributed for backend="gloo", and this torch was built without gloo. Use a torch '
+     'built with it (the image\'s is), or backend="nccl" on GPU instances.'),
+)
+
+
+def _backend_hint(exc: BaseException) -> str | None:
+    """What the host or this torch lacks for the backend the script asked torch.distributed for; None otherwise."""
+    text = safe_str(exc)
+    return next((hint for words, hint in _BACKEND_HINTS if words in text), None)
+
+
 def _library_hint(exc: BaseException) -> str | None:
     """What the script reached for that this image does not have, and what to do instead; None for other errors."""
     if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "smdistributed":
@@ -101,7 +125,8 @@ def summarize_exception(exc: BaseException) -> str:
     A DataLoader worker's exception comes back as "Caught ValueError in DataLoader worker process 0." with
     the original traceback inside its message; a chained exception (`raise X from e`) hides its cause
     further down. Either way the original error's own line goes first. An error that comes from a library this image
-    does not have (SMDISTRIBUTED above) is preceded by what to use instead.
+    does not have (SMDISTRIBUTED above), or from a distributed backend this host or torch lacks (_BACKEND_HINTS), is
+    preceded by what to use instead.
     """
     hint = missing_library(exc)
     line = _summary_line(exc, _root_cause(exc))
@@ -109,8 +134,10 @@ def summarize_exception(exc: BaseException) -> str:
 
 
 def missing_library(exc: BaseException) -> str | None:
-    """What the script reached for that this image does not have, from the error or its cause."""
-    return _library_hint(_root_cause(exc)) or _library_hint(exc)
+    """What the script reached for that this image (or this host, for a distributed backend) does not have, from the
+    error or its cause."""
+    root = _root_cause(exc)
+    return _library_hint(root) or _library_hint(exc) or _backend_hint(root) or _backend_hint(exc)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

@@ -12,6 +12,7 @@ from typing import TypedDict, cast
 
 from .files import write_json
 from .host_reads import HostReadFigures
+from .process_group import ProcessGroupFigures
 
 log = logging.getLogger("opentc_launcher")
 
@@ -78,6 +79,7 @@ class WorkerRecord(TypedDict):
     host_reads: HostReadFigures | None   # device tensors read back per optimizer step; None: not watched
     children_cpu_seconds: float   # of the processes the script started and waited for (measurements.children_usage)
     children_peak_memory_mb: float
+    process_group: ProcessGroupFigures | None   # the largest torch.distributed group it was seen in; None: none
 
 
 def record_path(folder: str, process: str) -> str:

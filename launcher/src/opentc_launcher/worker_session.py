@@ -38,6 +38,7 @@ from .measurements import (
 )
 from .model_watch import ModelWatch
 from .options import WorkerOptions
+from .process_group import ProcessGroupWatch
 from .script_findings import ScriptFindings
 from .steps import StepCounter
 from .sync_free_step import install as install_sync_free_step
@@ -61,6 +62,7 @@ class WorkerSession:
         self.steps = StepCounter(self._stepped)
         self.batches = BatchWatch()
         self.model = ModelWatch()
+        self.process_group = ProcessGroupWatch()
         self.findings = ScriptFindings(identity.rank)
         self.idle_optimizers = IdleOptimizerCheck(self.findings)
         self.uneven_shards = UnevenShardsCheck(self.findings)
@@ -93,6 +95,7 @@ class WorkerSession:
         self.host_reads.step_ended()
         if step == 1 and self.options.summary_dir:
             self.model.describe()   # the model being trained, while it is alive: a script may drop it at the end
+            self.process_group.look()   # formed before training; a script may destroy it before it ends
         self.after_step(step)
 
     def after_step(self, step: int) -> None:
@@ -178,6 +181,7 @@ class WorkerSession:
             if headroom:
                 self.findings.add(headroom)
         children_cpu, children_memory = children_usage()
+        self.process_group.look()
         return WorkerRecord(
             process=self.process, rank=self.identity.rank, world_size=self.identity.world_size,
             backend=self.options.backend, device=self.options.device, exit_code=exit_code,
@@ -195,4 +199,5 @@ class WorkerSession:
             model=self.model.figures,
             host_reads=self.host_reads.figures() if self._watching_reads else None,
             children_cpu_seconds=round(children_cpu, 2), children_peak_memory_mb=round(children_memory, 1),
+            process_group=self.process_group.seen,
         )

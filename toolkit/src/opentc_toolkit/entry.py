@@ -85,8 +85,14 @@ def announce(job: TrainingJob, settings: JobSettings, plan: LaunchPlan, base_env
                     "the job's files and its launch plan", name, value,
                     f"replaced by {name}={new}" if new is not None else "not passed on")
     if job.is_multi_host and not settings.multi_worker:
-        log.warning("%d hosts but neither %s nor %s is on: every host trains on its own, without synchronising "
-                    "with the others", len(job.hosts), TORCH_DISTRIBUTED, MULTI_WORKER)
+        env = plan.command.env
+        log.info("%d hosts and neither %s nor %s is on: one process on each host, as SageMaker's PyTorch images run "
+                 "such a job. The script meets the other hosts itself with "
+                 "init_process_group(backend, rank=hosts.index(current_host), world_size=len(hosts)): MASTER_ADDR=%s "
+                 "and MASTER_PORT=%s are set, this host is rank %d of %d (its place in SM_HOSTS); a script that "
+                 "does not trains on each host on its own (the job summary says so). %s=true starts one worker per "
+                 "GPU on every host, in one world", len(job.hosts), TORCH_DISTRIBUTED, MULTI_WORKER,
+                 env.get("MASTER_ADDR"), env.get("MASTER_PORT"), job.host_index, len(job.hosts), TORCH_DISTRIBUTED)
     for note in settings.distribution_notes:
         log.info("%s", note)
     world = plan.world

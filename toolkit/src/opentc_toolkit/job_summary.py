@@ -116,6 +116,34 @@ def self_launched(record: WorkerRecord | None) -> str | None:
             f"pytorchxla with the compiler), not with a launcher script of your own.")
 
 
+NEVER_MET_FIX = ("have the script form one process group for all of them and train through it: "
+                 "torch.distributed.init_process_group() (each worker has RANK, WORLD_SIZE, MASTER_ADDR and "
+                 "MASTER_PORT; gloo on CPUs, nccl on GPUs) and DistributedDataParallel(model), or the Trainer or "
+                 "Accelerate, which do both themselves; a Lightning Trainer needs devices and num_nodes to match the "
+                 "workers; with one process per host and no distribution, init_process_group(backend, "
+                 "rank=hosts.index(current_host), world_size=len(hosts)). If separate copies are what you want, run "
+                 "one worker")
+
+
+def never_met(records: list[WorkerRecord], workers: int) -> str | None:
+    """The finding of a job of several workers (`workers`, on every host) whose workers here took optimizer steps
+    without ever being in a process group of more than one: each trained its own copy. None when they met, when
+    none trained, or for records that do not say (written before workers looked)."""
+    if workers < 2 or not records or not all("process_group" in r for r in records):
+        return None
+    if any(group["world_size"] > 1 for r in records if (group := r.get("process_group"))):
+        return None
+    steps = max(r.get("optimizer_steps") or 0 for r in records)
+    if not steps:
+        return None
+    here = len(records)
+    return (f"{workers} workers, no process group: each trained its own copy. This host's {here} worker"
+            f"{'' if here == 1 else 's'} took optimizer steps (up to {steps}) without ever being in a "
+            f"torch.distributed process group with another process (looked for at the first optimizer step and at "
+            f"the end), so no gradient was shared: the job trained {workers} separate models, each on the data its "
+            f"own process read, and this summary's figures are one copy's. To fix: {NEVER_MET_FIX}.")
+
+
 def findings(records: list[WorkerRecord]) -> list[str]:
     """What the workers found wrong with the script (an optimizer that trains nothing), each once, then what their
     compile reports found (host reads, graph breaks, recompilation, CPU fallbacks), one of each kind: the lowest
@@ -183,6 +211,11 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
         memory += [r.get("children_peak_memory_mb") or 0.0 for r in records]
     throughput = _throughput(records, recorder.lines.trainer_rates())
     wall_seconds, first_step_seconds = run_times(recorder, first_steps)
+    # Every process of the job: a multi-worker world, or one process on each host (contract.py).
+    processes = (plan.world.size if plan.world.size > 1 else len(job.hosts)) if plan and job else 1
+    apart = None if unseen else never_met(records, processes)
+    if apart:
+        log.warning("%s", apart)
     return JobSummary(
         format=FORMAT,
         job_name=(job.job_name if job else None) or os.path.basename(os.path.normpath(paths.base)),
@@ -210,7 +243,7 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
         device_memory=_device_memory(first),
         host_reads=_host_reads(None if unseen else first),
         compile=_compiled(first),
-        findings=([unseen] if unseen else []) + findings(records),
+        findings=([unseen] if unseen else []) + ([apart] if apart else []) + findings(records),
         processes=[dict(record) for record in records],
     )
 

@@ -9,10 +9,12 @@ Recognised, one value per line:
   `train loss 1.23`, `Loss = 1.23` (any letter case), with `step N` (or `step: N`, `step=N`) on the same line when
   there is one.
 Words that only contain "loss" (`train_loss`, `eval_loss`, `loss_type`) are not a loss, nor is a line with two
-losses (`first loss 5.99, last loss 1.84`). Lines with a step give the series; where no line has one (the
-Trainer's), the lines are numbered in the order they came. With several workers printing, the first value seen
-for a step is kept. A loss that is not a number (nan, inf) is kept as null: the job diverged there. Only the first
-MAX_LINE_CHARS characters of a line are read, in time linear in them.
+losses (`first loss 5.99, last loss 1.84`). Evaluation is not training: a loss with an evaluation word before it on
+its line (`Test set: Average loss: 0.0022`, `validation loss 1.2`, `Eval loss = 0.8`; EVALUATION_WORDS) is no point
+of the series, only counted (the summary says how many were left out). Lines with a step give the series; where no
+line has one (the Trainer's), the lines are numbered in the order they came. With several workers printing, the
+first value seen for a step is kept. A loss that is not a number (nan, inf) is kept as null: the job diverged there.
+Only the first MAX_LINE_CHARS characters of a line are read, in time linear in them.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ _SEPARATOR = r"\s*(?:[:=]\s*)?"
 _WORD_LOSS = re.compile(r"(?<![\w.])loss\b(?!_)" + _SEPARATOR + _NUMBER, re.IGNORECASE)
 _WORD_STEP = re.compile(r"(?<![\w.])step\b" + _SEPARATOR + r"([0-9]{1,18})(?![0-9])", re.IGNORECASE)
 _WORTH_READING = re.compile(r"loss|train_", re.IGNORECASE)   # most lines have neither: skipped at once
+# Words that make the loss after them an evaluation's, whole words only ("test_run" or "validate_every" are not).
+EVALUATION_WORDS = ("test", "testing", "eval", "evaluation", "evaluating", "val", "valid", "validation", "validating")
+_EVALUATION = re.compile(r"\b(?:" + "|".join(EVALUATION_WORDS) + r")\b", re.IGNORECASE)
 _TRAINER_RATES = {key: re.compile(rf"""['"]{key}['"]\s*:\s*['"]?{_NUMBER}""")
                   for key in ("train_samples_per_second", "train_tokens_per_second", "train_runtime")}
 
@@ -53,6 +58,7 @@ class LossLines:
         self._in_order: list[float] = []
         self._sources: set[str] = set()
         self._trainer: dict[str, float] = {}
+        self._evaluation_lines = 0
 
     def feed(self, line: str) -> None:
         line = line[:MAX_LINE_CHARS]
@@ -67,6 +73,9 @@ class LossLines:
             found: list[re.Match[str]] = [dictionary] if dictionary is not None else list(_WORD_LOSS.finditer(line))
             if len(found) != 1:
                 return
+            if not dictionary and _EVALUATION.search(line, 0, found[0].start()):
+                self._evaluation_lines += 1
+                return
             value = float(found[0][1])
             step_match = (_DICT_STEP if dictionary else _WORD_STEP).search(line)
             self._sources.add(TRAINER if dictionary else SCRIPT)
@@ -80,9 +89,10 @@ class LossLines:
         with self._lock:
             series = sorted(self._stepped.items()) if self._stepped else list(enumerate(self._in_order))
             source = " and ".join(sorted(self._sources)) if self._sources else None
+            evaluation_lines = self._evaluation_lines
         points = [LossPoint(step=step, loss=value if value == value and abs(value) != float("inf") else None)
                   for step, value in series]
-        return Loss(source=source, points=points)
+        return Loss(source=source, points=points, evaluation_lines=evaluation_lines)
 
     def trainer_rates(self) -> dict[str, float]:
         with self._lock:

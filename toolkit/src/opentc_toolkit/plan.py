@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from opentc_launcher.api import (
-    DEFAULT_MASTER_PORT,
     MAX_PORT,
     SETTING_NAMES_VARIABLE,
     BadEnvironmentValue,
@@ -39,6 +38,7 @@ from opentc_launcher.api import (
 )
 
 from .aws_launcher import adapt_aws_launcher
+from .contract import SAGEMAKER_MASTER_PORT, contract_environment, network_interfaces
 from .job import JobPaths, TrainingJob, read_job
 from .job_settings import JobSettings
 from .model_trainer import adapt_model_trainer
@@ -75,7 +75,7 @@ class LaunchSettings:
     workers_per_host: int | None = None   # OPENTC_WORKERS_PER_HOST: overrides the GPU count
     peer_timeout: float = DEFAULT_PEER_TIMEOUT  # OPENTC_PEER_TIMEOUT: seconds to wait for the other hosts
     grace: float = DEFAULT_GRACE             # OPENTC_TERMINATION_GRACE: seconds between SIGTERM and SIGKILL
-    master_port: int = DEFAULT_MASTER_PORT   # MASTER_PORT: rendezvous port on hosts[0]
+    master_port: int = SAGEMAKER_MASTER_PORT   # MASTER_PORT: the job's port on hosts[0] (SageMaker's images': 7777)
     finish_timeout: float = DEFAULT_FINISH_TIMEOUT   # OPENTC_FINISH_TIMEOUT: seconds for the work after the workers
     hosts_end_timeout: float = DEFAULT_HOSTS_END_TIMEOUT   # OPENTC_HOSTS_END_TIMEOUT: a host waiting for the others
 
@@ -87,7 +87,7 @@ class LaunchSettings:
                 workers_per_host=number_from_env(env, named["workers_per_host"], int, None, minimum=1),
                 peer_timeout=number_from_env(env, named["peer_timeout"], float, DEFAULT_PEER_TIMEOUT),
                 grace=number_from_env(env, named["grace"], float, DEFAULT_GRACE),
-                master_port=number_from_env(env, named["master_port"], int, DEFAULT_MASTER_PORT, minimum=1,
+                master_port=number_from_env(env, named["master_port"], int, SAGEMAKER_MASTER_PORT, minimum=1,
                                             maximum=MAX_PORT),
                 finish_timeout=number_from_env(env, named["finish_timeout"], float, DEFAULT_FINISH_TIMEOUT),
                 hosts_end_timeout=number_from_env(env, named["hosts_end_timeout"], float, DEFAULT_HOSTS_END_TIMEOUT),
@@ -123,7 +123,8 @@ class LaunchPlan:
 
 # Variables that describe the distributed world, torchrun's and torch-xla's. The toolkit decides the world: a value
 # left in the container's environment (a Kubernetes pod's, a wrapper's) would make a single worker think it is
-# rank 3 of 4 or dial a master that does not exist, so none of them reaches the launch. A single worker gets none
+# rank 3 of 4 or dial a master that does not exist, so none of them reaches the launch. A single worker gets only
+# MASTER_ADDR and MASTER_PORT, as SageMaker's PyTorch images give every job (contract.py), and no rank or world size
 # (as `python train.py` would: with LOCAL_RANK or WORLD_SIZE set, transformers and accelerate would take it for a
 # distributed run); opentc-run gives each of several workers its own.
 WORLD_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -140,9 +141,11 @@ def plan_world(job: TrainingJob, settings: JobSettings, launch: LaunchSettings) 
     """Workers per host and the rendezvous: one worker, or (multi-worker) one per GPU on every host (or as many
     as OPENTC_WORKERS_PER_HOST, else the job itself (an AWS-era launcher's num_gpus), else the SDK v3's
     Torchrun(process_count_per_node), says), meeting on hosts[0] (hosts[] is in the same order on every host).
-    Returns the world and the peers to wait for."""
+    Returns the world and the peers to wait for: every other host of a multi-host job, whose name the script may
+    dial (MASTER_ADDR) even when the launcher starts one process per host and meets nobody."""
+    others = tuple(h for h in job.hosts if h != job.current_host)
     if not settings.multi_worker:
-        return World(), ()
+        return World(), others
     workers = launch.workers_per_host or job.workers_per_host or max(job.num_gpus, 1)
     asked_by = ("OPENTC_WORKERS_PER_HOST" if launch.workers_per_host else job.workers_asked_by or "the job"
                 if job.workers_per_host else "the GPU count")
@@ -153,7 +156,7 @@ def plan_world(job: TrainingJob, settings: JobSettings, launch: LaunchSettings) 
         return World(workers_per_host=workers), ()
     world = World(nodes=len(job.hosts), node_rank=job.host_index, workers_per_host=workers,
                   master_addr=job.hosts[0])
-    return world, tuple(h for h in job.hosts if h != job.current_host)
+    return world, others
 
 
 def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
@@ -208,17 +211,20 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
     """How to run `script` (in the folder `code_dir`, where the workers start) for this job on this host.
 
     `base_env` is the container's environment. The workers get it with the facts of this job in place of any it
-    had (the SM_* variables, the world: see WORLD_VARIABLES) and the compiler's variables added (a variable the
-    user set is kept). `scratch` is a folder for the run's own files.
+    had (the SM_* variables, the world: see WORLD_VARIABLES), what SageMaker's PyTorch images give every job
+    (contract.py) and the compiler's variables added (a variable the user set is kept). `scratch` is a folder for
+    the run's own files.
     """
     world, peers = plan_world(job, settings, launch)
     options = worker_options(settings, job, world, base_env)
     # The workers' records, and the working copy of the cache this run opens and publishes (entry, wrap_up).
     options = with_working_copy(replace(options, summary_dir=os.path.join(scratch, WORKER_RECORDS)), scratch)
     changes = compiler_environment(options, base_env)
-    decided = job.script_env
-    env = {**{k: v for k, v in base_env.items() if not is_world_variable(k)}, **decided, **changes.applied,
-           **with_setting_names({}, settings)}
+    contract = contract_environment(job.hosts, job.script_env, launch.master_port, not settings.multi_worker,
+                                    network_interfaces())
+    decided = {**job.script_env, **contract.decided}
+    env = {**contract.defaults, **{k: v for k, v in base_env.items() if not is_world_variable(k)}, **decided,
+           **changes.applied, **with_setting_names({}, settings)}
     env.setdefault("PYTHONUNBUFFERED", "1")
     check_sharding(job.hyperparameters, env, options.device)
     script_part = [*options.to_argv(), script, *job.user_args]

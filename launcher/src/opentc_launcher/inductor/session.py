@@ -27,13 +27,13 @@ from ..after_import import when_imported
 from ..cache_folders import cache_folder
 from ..compile_report import (
     GRAPH_BREAKS,
-    NOTHING_COMPILED,
     RECOMPILATION,
     RECOMPILATION_WARNING,
     CompileReport,
     CompileTimeline,
     Finding,
     limit_message,
+    nothing_compiled_finding,
     recompilation_warning,
 )
 from ..env_values import keep_theirs
@@ -65,12 +65,12 @@ PER_RANK_FILE_VARIABLES = ("TORCH_LOGS_OUT",)
 GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
 MAX_LISTED = 20
 
-NOTHING_COMPILED_FINDING = Finding(
-    "nothing was compiled in this process: the backend is inductor, but Dynamo captured no graph (the script never "
-    "called torch.compile, no Trainer or Accelerator compiled the model for it, or what it compiled broke before "
-    "its first operation), so it ran eagerly.",
+NOTHING_COMPILED_FINDING = nothing_compiled_finding(
+    "inductor",
+    "Dynamo captured no graph: the script never called torch.compile, no Trainer or Accelerator compiled the model "
+    "for it, or what it compiled broke before its first operation",
     "compile the model once it is on its device: model = torch.compile(model) (Trainer and Accelerate scripts "
-    "compile by themselves, through ACCELERATE_DYNAMO_BACKEND=inductor)", NOTHING_COMPILED)
+    "compile by themselves, through ACCELERATE_DYNAMO_BACKEND=inductor)")
 DDP_WRAPPER_FIX = ("compile the model before wrapping it: model = DistributedDataParallel(torch.compile(model)); "
                    "torch.compile(DistributedDataParallel(model)) breaks inside DDP's forward on this torch")
 GRAPH_BREAK_FIX = ("each graph break ends a compiled graph and runs the Python in between eagerly: move or rewrite "

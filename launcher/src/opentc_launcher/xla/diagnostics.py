@@ -26,6 +26,7 @@ from ..compile_report import (
     CompileReport,
     CompileTimeline,
     Finding,
+    nothing_compiled_finding,
     recompilation_warning,
 )
 from ..setting_names import setting
@@ -47,6 +48,14 @@ EVALUATION_FIX = ("log less often: calling .item() or printing a tensor forces a
                   "'Execution Analysis' with the Python frame of each evaluation")
 FALLBACK_FIX = ("these ops have no XLA lowering and ran on the CPU, copying tensors to the host and back "
                 "each time: replace them or move them out of the training step")
+NOTHING_COMPILED_FINDING = nothing_compiled_finding(
+    "xla",
+    "no tensor was put on the XLA device: the script's model and data stayed on the device torch gave it, the CPU "
+    "(or a GPU), as with the compiler off",
+    "put the model and each batch on the XLA device: device = torch_xla.device() (xm.xla_device() in older "
+    "scripts), model.to(device), and each batch's tensors .to(device) (the Trainer and Accelerate do it by "
+    "themselves where torch-xla is installed); a script that picks its own device (a 'cuda if available else cpu' "
+    "line, Lightning's accelerator='auto') chose another one")
 
 
 def _counter(name: str) -> int:
@@ -97,6 +106,25 @@ class StepActivity:
         self._last = now
 
 
+class StepOrSyncTimelines:
+    """New graphs put at optimizer steps, and at syncs beside them, each against the same warm-up: a script that
+    takes optimizer steps is judged by them alone (what its syncs compiled before the first one is its warm-up), and
+    one that takes none (an evaluation, a script that steps some other way) by its syncs, which its findings then
+    name. One unit per timeline: a sync count is never compared with a warm-up of optimizer steps."""
+
+    def __init__(self, warmup_steps: int):
+        self.by_step = CompileTimeline(warmup_steps)
+        self.by_sync = CompileTimeline(warmup_steps, unit="sync")
+
+    def observe(self, steps: int, syncs: int, compiles: int) -> None:
+        self.by_step.observe(steps, compiles)
+        self.by_sync.observe(syncs, compiles)
+
+    def chosen(self, steps: int) -> CompileTimeline:
+        """The timeline for a process that has taken `steps` optimizer steps."""
+        return self.by_step if steps else self.by_sync
+
+
 class CompileMonitor(threading.Thread):
     """Follows torch-xla's counters while the script runs.
 
@@ -111,7 +139,7 @@ class CompileMonitor(threading.Thread):
         super().__init__(daemon=True, name="opentc-compile-monitor")
         self.process = process
         self.step_counter = step_counter
-        self.timeline = CompileTimeline(warmup_steps)
+        self.timelines = StepOrSyncTimelines(warmup_steps)
         self.max_compilations = max_compilations
         self.on_limit = on_limit
         self.interval = interval
@@ -128,13 +156,18 @@ class CompileMonitor(threading.Thread):
         if self.max_compilations and compiles > self.max_compilations:
             self.on_limit(compiles)
 
+    @property
+    def timeline(self) -> CompileTimeline:
+        return self.timelines.chosen(self.step_counter.steps if self.step_counter is not None else 0)
+
     def after_sync(self) -> None:
         with self._lock:
             compiles = graphs_compiled()
             steps = self.step_counter.steps if self.step_counter is not None else 0
-            self.timeline.observe(steps or _counter("MarkStep"), compiles)
-            if self.timeline.late_points >= self._next_warning:
-                log.warning("%s", recompilation_warning(self.process, self.timeline, compiles))
+            self.timelines.observe(steps, _counter("MarkStep"), compiles)
+            timeline = self.timelines.chosen(steps)
+            if timeline.late_points >= self._next_warning:
+                log.warning("%s", recompilation_warning(self.process, timeline, compiles))
                 self._next_warning *= 2
         self.check_limit()
 
@@ -184,7 +217,10 @@ def _findings(timeline: CompileTimeline, fallbacks: dict[str, int], evaluations:
 
 def build_report(process: str, rank: int, world_size: int, device: str, exit_code: int | None,
                  timeline: CompileTimeline, cache: dict, steps: StepCounter | None = None,
-                 activity: StepActivity | None = None, loss_scaling: LossScalingWatch | None = None) -> CompileReport:
+                 activity: StepActivity | None = None, loss_scaling: LossScalingWatch | None = None,
+                 started_processes: bool = False) -> CompileReport:
+    """The report; `started_processes`: the script ran its work in processes it started through torch-xla
+    (torch_xla.launch, xmp.spawn), which report for themselves, so that this one compiling nothing is no finding."""
     import torch_xla.debug.metrics as met
 
     compile_time = _metric("CompileTime")
@@ -203,13 +239,16 @@ def build_report(process: str, rank: int, world_size: int, device: str, exit_cod
                                    f"graph(s), before the monitor could tell where they came from.", SHAPES_FIX,
                                    COMPILATION_LIMIT))
     graphs = graphs_compiled()
+    nothing_ran = executions == 0 and graphs == 0
+    if nothing_ran and not started_processes:
+        findings.insert(0, NOTHING_COMPILED_FINDING)
     return CompileReport(
         process=process, rank=rank, world_size=world_size, backend="xla", device=device, exit_code=exit_code,
         optimizer_steps=steps.steps if steps else 0, graphs_compiled=graphs,
         compile_seconds_total=total, compile_seconds_per_graph=per_graph,
         graphs_after_warmup=timeline.after_warmup, steps_with_late_graphs=timeline.late_points,
         warmup_steps=timeline.warmup_steps, steps_with_new_graphs=timeline.steps_with_new_graphs,
-        persistent_cache=cache, findings=findings,
+        step_unit=timeline.unit, persistent_cache=cache, findings=findings,
         details={
             "syncs": syncs,
             "steps_with_host_reads": activity.steps_with_host_reads if activity else 0,
@@ -224,6 +263,6 @@ def build_report(process: str, rank: int, world_size: int, device: str, exit_cod
         },
         activity=f"{executions} execution{'' if executions == 1 else 's'}",
         clean_means="no recompilation, CPU fallback or per-step host read",
-        nothing_observed=(f"{NOTHING_OBSERVED} (a process the script started may have trained instead; it has "
-                          f"its own report)." if executions == 0 and graphs == 0 else ""),
+        nothing_observed=(f"{NOTHING_OBSERVED} (the processes the script started through torch-xla trained instead; "
+                          f"each has its own report)." if nothing_ran and started_processes else ""),
     )

@@ -21,7 +21,7 @@ from .diagnostics import CompileMonitor, StepActivity, build_report
 from .library_patches import install as install_library_patches
 from .loss_scaling import LossScalingWatch
 from .parameters import SWAP_SWITCH, keep_parameters_on_move
-from .spawned import follow_spawned_processes
+from .spawned import follow_spawned_processes, processes_started
 
 log = logging.getLogger("opentc_launcher")
 
@@ -184,7 +184,8 @@ class XlaSession(WorkerSession):
     def _build_report(self, exit_code: int) -> CompileReport:
         assert self.monitor is not None
         return build_report(self.process, self.identity.rank, self.identity.world_size, self.device, exit_code,
-                            self.monitor.timeline, self.cache, self.steps, self.activity, self.loss_scaling)
+                            self.monitor.timeline, self.cache, self.steps, self.activity, self.loss_scaling,
+                            processes_started())
 
     def _compilation_limit_reached(self, compiles: int) -> None:
         """The compile monitor saw the limit passed (from its thread, or after a sync)."""

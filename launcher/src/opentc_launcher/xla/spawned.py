@@ -34,6 +34,12 @@ from .parameters import parameters_kept_on_move
 log = logging.getLogger("opentc_launcher")
 
 _attached = threading.Lock()   # one session per process, even where torch-xla runs a thread per device
+_started = threading.Event()    # this process's script started processes through torch-xla
+
+
+def processes_started() -> bool:
+    """Whether the script started processes through torch-xla here (they do its work, and report for themselves)."""
+    return _started.is_set()
 
 
 class SpawnedWorkerStopped(StoppedWithExitCode):
@@ -105,6 +111,7 @@ def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity, a
     parent = f"rank{identity.rank}"
 
     def run_multiprocess(fn: Callable[..., Any], *args: Any, start_method: str = "spawn", **kwargs: Any) -> Any:
+        _started.set()
         error_dir = tempfile.mkdtemp(prefix="opentc-spawned-")
         try:
             spawned = InSpawnedProcess(fn, options, parent, error_dir, parameters_kept_on_move(), attach)
