@@ -41,8 +41,8 @@ def test_names_are_read_leniently_and_once():
     assert all(WorkerOptions(backend="inductor", defaults_off="all").is_off(name) for name in OPTIONAL_DEFAULTS)
 
 
-ACCEPTED = ("accepts the compile-time defaults to leave off, comma-separated: regional, head, vec_isa, job_id, "
-            "logging, warm_start, or all; ")
+ACCEPTED = ("accepts the compile-time defaults to leave off, comma-separated: progress, regional, head, vec_isa, "
+            "job_id, logging, warm_start, or all; ")
 
 
 @pytest.mark.parametrize("backend", ["inductor", "xla", "eager"])

@@ -261,7 +261,7 @@ def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
     read = JobSettings.from_hyperparameters({})
     declared = settable_options()
     assert {name for name, _, _ in declared} == {"debug_mode", "cpu_multi_worker", "max_compilations", "warmup_steps",
-                                                "library_patches", "defaults_off"}
+                                                "library_patches", "defaults_off", "compile_progress_seconds"}
     for name, _, default in declared:
         assert WORKER_SETTINGS[name] == f"sagemaker_training_compiler_{name}" and WORKER_SETTINGS[name] in COMPILER_KEYS
         assert getattr(read.worker, name) == default, name

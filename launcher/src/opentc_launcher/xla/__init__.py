@@ -8,8 +8,11 @@ starts with torch_xla.launch (xla.spawned), and XLA:CUDA's PJRT plugin (xla.cuda
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from types import MappingProxyType
 
 from ..backend import CompilerBackend, LaunchRefused, no_gpu_message
+from ..compile_progress import DEFAULT_DOES as PROGRESS_DOES
+from ..compile_progress import DEFAULT_NAME as PROGRESS
 from ..identity import WorkerIdentity
 from ..installed import has_module
 from ..options import WorkerOptions
@@ -32,6 +35,7 @@ class XlaBackend(CompilerBackend):
     name = "xla"
     debug_log = DEBUG_LOG
     title = "PyTorch/XLA"
+    optional_defaults = MappingProxyType({PROGRESS: PROGRESS_DOES})
 
     def missing(self) -> str | None:
         if has_module("torch_xla"):
