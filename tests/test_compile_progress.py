@@ -50,6 +50,16 @@ def test_with_no_interval_nothing_is_said_and_the_timeline_is_kept(caplog):
     assert lines(caplog) == [] and progress._thread is None and len(progress.timeline) == 1
 
 
+def test_the_default_is_left_off_by_its_name_or_by_no_interval():
+    from opentc_launcher.compile_progress import every
+    from opentc_launcher.options import WorkerOptions
+
+    for options, seconds in ((WorkerOptions(), 30.0), (WorkerOptions(defaults_off="progress"), 0.0),
+                             (WorkerOptions(defaults_off="all"), 0.0), (WorkerOptions(compile_progress_seconds=0), 0.0),
+                             (WorkerOptions(defaults_off="regional", compile_progress_seconds=5), 5.0)):
+        assert every(options.compile_progress_seconds, options.is_off("progress")) == seconds, options
+
+
 def run_worker(tmp_path, backend: str, *options: str, **script: str) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "report"
     argv = [str(BIN / "opentc-worker"), "--backend", backend, "--device", "cpu", "--compile-report-dir", str(report),
@@ -71,10 +81,6 @@ def test_an_inductor_worker_that_compiles_for_seconds_says_so_and_its_report_say
     phases = report["compile_phases"]
     assert phases["all"] >= 3 and phases["the backend (AOTAutograd and Inductor)"] >= 3, phases   # the sleep's
     assert report["compile_time_defaults"]["progress"] == "on: a line every 1 s while a compile lasts longer"
-
-    quiet, report = run_worker(tmp_path, "inductor", "--compile-progress-seconds", "1", "--defaults-off", "progress",
-                               seconds="2")
-    assert "still compiling" not in quiet.stdout and report["compile_time_defaults"]["progress"].startswith("off")
 
 
 @pytest.mark.slow
