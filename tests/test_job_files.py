@@ -119,9 +119,9 @@ def test_a_job_whose_entry_script_is_a_fifo_is_refused_not_hung(make_job):
 # --- issue 40 D: requirements.txt that cannot be read is a named refusal, in the dry run and the job ---
 
 def requirements_refusal(path, name="requirements.txt") -> str:
-    from opentc_toolkit.source import check_requirements
+    from opentc_toolkit.requirements_install import check_requirements
 
-    return refusal(lambda: check_requirements(str(path), name, {}))
+    return refusal(lambda: check_requirements(str(path), name, {}, {}))
 
 
 def test_requirements_that_cannot_be_read_are_named_with_what_is_accepted(tmp_path, monkeypatch):
