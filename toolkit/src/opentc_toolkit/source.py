@@ -180,4 +180,9 @@ def entry_point_path(job: TrainingJob, code: str) -> str:
     if problem:
         raise BadInput(f"training script {program!r} in {code} {problem}: sagemaker_program must name a "
                              f"Python file in the code folder (it holds: {_listing(code, 20)}).")
+    try:   # as the workers will open it (they run as this process's user): a dry run says so too
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as e:
+        raise BadInput(f"training script {program!r} in {code} cannot be opened ({type(e).__name__}: "
+                       f"{e.strerror}): it must be a file the job's user (uid {os.getuid()}) can read.") from None
     return path
