@@ -128,6 +128,12 @@ def host_peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def own_cpu_seconds() -> float:
+    """CPU seconds this process has used (user and system), its threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def children_usage() -> tuple[float, float]:
     """(CPU seconds, peak resident MB) of the processes this one started and waited for, theirs included: a script
     that starts its own workers (torch.distributed.launch from inside the entry point) trains there."""

@@ -24,6 +24,7 @@ from .measurements import (
     children_usage,
     cuda_peak_memory_mb,
     host_peak_memory_mb,
+    own_cpu_seconds,
     step_statistics,
 )
 from .model_watch import ModelWatch
@@ -140,4 +141,5 @@ class WorkerSession:
             compile_findings=[CompileFinding(kind=f.kind, text=f.text()) for f in report.findings] if report else [],
             model=self.model.figures,
             children_cpu_seconds=round(children_cpu, 2), children_peak_memory_mb=round(children_memory, 1),
+            cpu_seconds=round(own_cpu_seconds(), 2), last_step_at=steps.wall_clock(ends[-1]) if len(ends) else None,
         )
