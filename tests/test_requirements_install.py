@@ -3,6 +3,7 @@
 venv itself never changes. Stand-ins for a family move: a huggingface-hub 0.20.3, and the transformers 4.40, accelerate
 0.32 and datasets 2.18 pip then picks to go with it, whose imports need what that hub lacks (as the real ones do)."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -48,17 +49,23 @@ def run_in(train, job, **env):
 @pytest.mark.slow
 def test_a_family_move_however_written_is_resolved_with_the_family_and_a_stack_that_does_not_import_is_undone(
         make_job, tmp_path):
-    """Issue 51 (1, 2): a pin in a file requirements.txt includes, after a tab and a comment, moves huggingface-hub;
-    pip's dry run says so, the rest of the family is resolved again with it (pip picks transformers 4.40, accelerate
-    0.32, datasets 2.18), pip check passes, and importing them fails: the install is a failed one, named with the pin
+    """Issue 51 (1, 2): a pin in a file requirements.txt includes, after a tab and a comment, with pip-compile's
+    hash, moves huggingface-hub; pip's dry run says so, the rest of the family is resolved again with it (pip picks
+    transformers 4.40, accelerate 0.32, datasets 2.18; in hash-checking mode each pinned with the hash pip's
+    resolution gives), pip check passes, and importing them fails: the install is a failed one, named with the pin
     to change, before the script, with the environment put back as it was."""
     train = overlay_python(tmp_path / "overlay")
     before = versions(train.parent / "python")
-    job = offline_job(make_job, FAMILY_MOVE, "-r pins.txt\n", **{"pins.txt": "huggingface-hub==0.20.3\t# ours\n"})
+    job = offline_job(make_job, FAMILY_MOVE, "-r pins.txt\n")
+    hub = (job.root / "code" / "wheels" / "huggingface_hub-0.20.3-py3-none-any.whl").read_bytes()
+    (job.root / "code" / "pins.txt").write_text(
+        f"huggingface-hub==0.20.3 \\\n    --hash=sha256:{hashlib.sha256(hub).hexdigest()}\t# ours\n")
     result = run_in(train, job)
     assert result.returncode == exit_codes.FAILED, result.output[-5000:]
     assert ("requirements.txt asks for huggingface-hub==0.20.3: the image's transformers, accelerate, datasets, "
             "tokenizers, evaluate, safetensors are resolved again with it (not pinned)") in result.output
+    assert ("in hash-checking mode (--hash), what that adds is pinned with the hashes of pip's own resolution: "
+            "accelerate==0.32.1, datasets==2.18.0, transformers==4.40.2") in result.output, result.output[-5000:]
     moves = ("accelerate 1.15.0 -> 0.32.1, datasets 5.2.0 -> 2.18.0, huggingface-hub 2.4.0 -> 0.20.3, transformers "
              "5.20.2 -> 4.40.2")
     assert f"(torch, torch-xla and the CUDA libraries held at the installed versions): {moves}" in result.output
@@ -66,8 +73,8 @@ def test_a_family_move_however_written_is_resolved_with_the_family_and_a_stack_t
     assert failure.startswith("Training not started: requirements.txt in "), failure
     assert "installed, but the Hugging Face packages it leaves do not work together (imported in a fresh Python, " \
            "after pip check passed):\n" in failure, failure
-    assert ("  import accelerate: ImportError: cannot import name 'split_torch_state_dict_into_shards' from "
-            "'huggingface_hub'") in failure, failure
+    assert ("  import transformers, from transformers import Trainer, import accelerate: ImportError: cannot import "
+            "name 'split_torch_state_dict_into_shards' from 'huggingface_hub'\n") in failure, failure
     assert "The pins to change: huggingface-hub==0.20.3 (pins.txt line 1 (from requirements.txt line 3))" in failure
     assert failure.endswith("What it changed was put back as it was (accelerate, datasets, huggingface-hub, "
                             "transformers). The script did not run."), failure
@@ -76,13 +83,16 @@ def test_a_family_move_however_written_is_resolved_with_the_family_and_a_stack_t
 
 
 def test_the_dry_run_says_what_the_install_would_move(make_job):
-    """The same files through `train --dry-run` (pip's own dry run, which installs nothing: no overlay needed)."""
-    job = offline_job(make_job, FAMILY_MOVE, "-r pins.txt\n", **{"pins.txt": "huggingface-hub==0.20.3\t# ours\n"})
+    """The same move, asked for through a constraint, through `train --dry-run` (pip's own dry run, which installs
+    nothing: no overlay needed)."""
+    job = offline_job(make_job, FAMILY_MOVE, "huggingface-hub\n-c pins.txt\n",
+                      **{"pins.txt": "huggingface-hub==0.20.3\n"})
     done = dry_run(job, PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull)
     assert done.returncode == 0, done.stderr[-3000:]
     assert ("installed first: requirements.txt from the code folder (pip, under the stack's pins): accelerate 1.15.0 "
             "-> 0.32.1, datasets 5.2.0 -> 2.18.0, huggingface-hub 2.4.0 -> 0.20.3, transformers 5.20.2 -> 4.40.2; "
-            "requirements.txt asks for huggingface-hub==0.20.3: the image's transformers") in done.stdout, done.stdout
+            "requirements.txt asks for huggingface-hub, huggingface-hub==0.20.3: the image's transformers") \
+        in done.stdout, done.stdout
 
 
 @pytest.mark.slow

@@ -157,15 +157,28 @@ def chosen(report_text: str, name: str, installed: Mapping[str, str]) -> str | N
 
 def reported(report_text: str) -> dict[str, str]:
     """{canonical name: version} of what a pip dry run's report would install ({} for a report that is not one)."""
+    return {name: version for name, (version, _) in _items(report_text).items()}
+
+
+def reported_hashes(report_text: str) -> dict[str, str]:
+    """{canonical name: sha256} of what a pip dry run's report would install, where the report gives one."""
+    return {name: digest for name, (_, digest) in _items(report_text).items() if digest}
+
+
+def _items(report_text: str) -> dict[str, tuple[str, str]]:
     try:
         report = json.loads(report_text)
     except ValueError:
         return {}
     found = {}
     for item in (report.get("install") or []) if isinstance(report, dict) else []:
-        data = item.get("metadata") or {} if isinstance(item, dict) else {}
+        if not isinstance(item, dict):
+            continue
+        data = item.get("metadata") or {}
+        archive = (item.get("download_info") or {}).get("archive_info") or {}
         if data.get("name") and data.get("version"):
-            found[canonical(str(data["name"]))] = str(data["version"])
+            found[canonical(str(data["name"]))] = (str(data["version"]), str((archive.get("hashes") or {}).get(
+                "sha256") or ""))
     return found
 
 

@@ -73,6 +73,15 @@ class Reading:
     entries: tuple[Entry, ...]
     hashes: bool               # hash-checking mode: a requirement with --hash, or --require-hashes
     remote: tuple[str, ...]    # files pip fetches itself (-r https://...), not read here
+    index_options: tuple[str, ...] = ()   # where the files send pip (--index-url, --find-links...), as pip's argv
+
+    def as_arguments(self) -> tuple[str, ...]:
+        """The requirements as pip's command line (no hashes, no constraints): where pip looks, and what it installs."""
+        words: list[str] = list(self.index_options)
+        for entry in self.entries:
+            if not entry.constraint:
+                words += entry.words.split(" ", 1) if entry.words.startswith("-e ") else [entry.words]
+        return tuple(words)
 
     def named(self) -> set[str]:
         """The projects the files ask for (constraints only limit them)."""
@@ -186,6 +195,29 @@ def _options(text: str) -> optparse.Values | None:
     return values
 
 
+def _index_options(options: optparse.Values, folder: str) -> list[str]:
+    """An option line's options on where pip looks, as its command line takes them: a --find-links path relative to
+    the file's folder where one is there, as pip reads it."""
+    found: list[str] = []
+    for url in options.index_url or []:
+        found += ["--index-url", url]
+    for url in options.extra:
+        found += ["--extra-index-url", url]
+    for link in options.find_links:
+        beside = os.path.join(folder, link)
+        found += ["--find-links", beside if os.path.exists(beside) else link]
+    for host in options.trusted_hosts:
+        found += ["--trusted-host", host]
+    for flag in ("no_index", "pre", "prefer_binary"):
+        if getattr(options, flag):
+            found.append(f"--{flag.replace('_', '-')}")
+    for dest, flag in (("only_binary", "--only-binary"), ("no_binary", "--no-binary"),
+                       ("all_releases", "--all-releases"), ("only_final", "--only-final")):
+        for value in getattr(options, dest):
+            found += [flag, value]
+    return found
+
+
 def _named(words: str) -> tuple[str | None, str, bool] | None:
     """(project, specifier, direct) of a requirement's words: a name with a specifier, a URL or file whose name (and
     version) its file name or #egg= says, or (None, "", True) for a path or URL only pip can name; None for one whose
@@ -232,6 +264,7 @@ def read_requirements(path: str, name: str, env: Mapping[str, str]) -> Reading:
     MAX_REQUIREMENTS_BYTES, is not of its encoding, or includes itself."""
     entries: list[Entry] = []
     remote: list[str] = []
+    index_options: list[str] = []
     hashes = False
     read: set[str] = set()
 
@@ -262,6 +295,7 @@ def read_requirements(path: str, name: str, env: Mapping[str, str]) -> Reading:
                 continue
             if options is None:
                 continue
+            index_options.extend(_index_options(options, os.path.dirname(file)))
             if options.require_hashes:
                 hashes = True
             if options.editables:   # whatever the checkout or folder holds
@@ -293,4 +327,4 @@ def read_requirements(path: str, name: str, env: Mapping[str, str]) -> Reading:
     top = os.path.abspath(path)
     chain_files.append(top)
     parse(top, f"{name} in the code folder", False, ())
-    return Reading(tuple(entries), hashes, tuple(remote))
+    return Reading(tuple(entries), hashes, tuple(remote), tuple(index_options))

@@ -148,44 +148,69 @@ def resolve(requirements: str, name: str, reading: Reading, pins: Mapping[str, s
     report = os.path.join(scratch, "pip-resolution.json")
 
     def dry_run(argv: tuple[str, ...], doing: str) -> dict[str, str]:
+        return hf_stack.reported(dry_run_report(argv, doing))
+
+    def dry_run_report(argv: tuple[str, ...], doing: str) -> str:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(report)
         run((*argv, "--dry-run", "--quiet", "--report", report), doing)
         try:
             with open(report, encoding="utf-8") as f:
-                return hf_stack.reported(f.read())
+                return f.read()
         except OSError:
-            return {}
+            return ""
 
-    would = dry_run((*install, *held), "resolving it")
-    moves = tuple(c for c in changes(would, package_backup.installed_version) if c.name in family and c.before)
+    first = changes(dry_run((*install, *held), "resolving it"), package_backup.installed_version)
+    moves = tuple(c for c in first if c.name in family and c.before)
     if not moves:
-        return Resolution((*install, *held), changes(would, package_backup.installed_version), (), (), ())
+        return Resolution((*install, *held), first, (), (), ())
     asked = reading.naming(set(hf_stack.FAMILY))
     why = (f"{name} asks for {', '.join(e.words for e in asked)}" if asked else
            f"what {name} asks for moves {described(moves)}")
-    if reading.hashes:   # every package pip installs must then be pinned with its hash in the file: none can be added
-        hashed = (f"{why}; in hash-checking mode (--hash) the image's other Hugging Face packages cannot be resolved "
-                  f"again with it unpinned: pip check and an import of the family judge what it leaves",)
-        return Resolution((*install, *held), changes(would, package_backup.installed_version), moves, (), hashed)
     companions = tuple(hf_stack.companions(reading.named(), family))
     notes: tuple[str, ...] = (f"{why}: the image's {', '.join(companions) or 'Hugging Face packages'} are resolved "
                               f"again with it (not pinned), so that they go together",)
+    bounds: tuple[str, ...] = ()
+    if reading.hashes:
+        # Every package pip installs must then be pinned with its hash: the family is resolved with the file's
+        # requirements read without their hashes, and what that adds is pinned with the hashes pip's report gives.
+        user_constraints = os.path.join(scratch, "user-constraints.txt")
+        with open(user_constraints, "w", encoding="utf-8") as f:
+            f.write("".join(f"{e.words}\n" for e in reading.entries if e.constraint))
+        unhashed = (*PIP, "install", "--no-input", *reading.as_arguments(), "-c", user_constraints)
+        found = dry_run_report((*unhashed, *companions, *held), "resolving it with the image's Hugging Face packages")
+        would, digests = hf_stack.reported(found), hf_stack.reported_hashes(found)
+        added = {n: would[n] for n in sorted(would) if n not in reading.named()}
+        unhashed_names = [n for n in added if n not in digests]
+        if unhashed_names:
+            notes = (f"{why}; in hash-checking mode (--hash) the image's other Hugging Face packages cannot be "
+                     f"resolved again with it, since pip gives no hash for {', '.join(unhashed_names)}: pip check and "
+                     f"an import of the family judge what it leaves",)
+            return Resolution((*install, *held), first, moves, (), notes)
+        pinned = os.path.join(scratch, "family-pinned.txt")
+        with open(pinned, "w", encoding="utf-8") as f:
+            f.write("".join(f"{n}=={v} --hash=sha256:{digests[n]}\n" for n, v in added.items()))
+        notes += (f"in hash-checking mode (--hash), what that adds is pinned with the hashes of pip's own resolution: "
+                  f"{', '.join(f'{n}=={v}' for n, v in added.items()) or 'nothing'}",)
+        found_changes = changes(would, package_backup.installed_version)
+        return Resolution((*install, "-r", pinned, *held), found_changes,
+                          tuple(c for c in found_changes if c.name in family and c.before), companions, notes)
     extra: tuple[str, ...] = companions
     would = dry_run((*install, *extra, *held), "resolving it with the image's Hugging Face packages")
     transformers = would.get("transformers", family.get("transformers"))
     rules = hf_stack.rules_for(transformers)
     if rules:
-        bounds = os.path.join(scratch, "transformers-line-constraints.txt")
-        with open(bounds, "w", encoding="utf-8") as f:
+        path = os.path.join(scratch, "transformers-line-constraints.txt")
+        with open(path, "w", encoding="utf-8") as f:
             f.write("".join(f"{c}\n" for rule in rules for c in rule.constraints))
-        extra += ("-c", bounds)
+        bounds = ("-c", path)
         notes += tuple(f"transformers {transformers}: {', '.join(rule.constraints)}, since {rule.why}"
                        for rule in rules)
-        would = dry_run((*install, *extra, *held), f"resolving it with the bounds for transformers {transformers}")
-    found = changes(would, package_backup.installed_version)
-    return Resolution((*install, *extra, *held), found,
-                      tuple(c for c in found if c.name in family and c.before), companions, notes)
+        would = dry_run((*install, *extra, *bounds, *held),
+                        f"resolving it with the bounds for transformers {transformers}")
+    found_changes = changes(would, package_backup.installed_version)
+    return Resolution((*install, *extra, *bounds, *held), found_changes,
+                      tuple(c for c in found_changes if c.name in family and c.before), companions, notes)
 
 
 def _build_failures(lines: list[str]) -> list[str]:
@@ -333,8 +358,11 @@ def _judge(installer: _Installer, resolution: Resolution, reading: Reading, fami
     failed = [] if unmet else installer.failed_imports(hf_stack.imports(now))
     if not failed and not unmet:
         return
+    alike: dict[str, list[str]] = {}   # the same error from several imports, said once
+    for what, error in failed:
+        alike.setdefault(first_line(error), []).append(_import_words(what))
     said = "\n".join([*(f"  {line}" for line in unmet),
-                       *(f"  {_import_words(what)}: {first_line(error)}" for what, error in failed)])
+                       *(f"  {', '.join(imports)}: {error}" for error, imports in alike.items())])
     change = (f"The pins to change: {', '.join(f'{e.words} ({e.where})' for e in pins)}. Pin the Hugging Face "
               f"packages together, at versions that work with each other, or remove those pins"
               if pins else "Pin the Hugging Face packages together, at versions that work with each other, or remove "
@@ -345,10 +373,14 @@ def _judge(installer: _Installer, resolution: Resolution, reading: Reading, fami
         f"does not say everything a package needs. {change} to keep the image's ({image}).")
 
 
-def first_line(text: str, limit: int = 400) -> str:
+_MODULE_FILE = re.compile(r" \(/[^()]*\.py\)")   # "cannot import name 'x' from 'y' (/the/path/y/__init__.py)"
+
+
+def first_line(text: str, limit: int = 300) -> str:
     """An error's first line, and its last when it has more (transformers' "Failed to import ... because of the
-    following error" puts the cause last)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or [""]
+    following error" puts the cause last), without the file a module was read from: short, for SageMaker's 1,024
+    characters of a failure."""
+    lines = [_MODULE_FILE.sub("", line.strip()) for line in text.strip().splitlines() if line.strip()] or [""]
     return (lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}")[:limit]
 
 
