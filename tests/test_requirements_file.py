@@ -160,3 +160,16 @@ def test_an_included_file_is_held_to_the_same_rules(tmp_path):
     (tmp_path / "more.txt").write_text("-r requirements.txt\n")
     assert "more.txt line 1 (from requirements.txt line 2) includes 'requirements.txt', which includes itself" in \
         refusal(path)
+
+
+def test_the_requirements_without_their_hashes_are_pips_command_line(tmp_path):
+    """What hash-checking mode's resolution of the family runs on: where the files send pip (a --find-links folder
+    beside the file that names it, as pip reads it), and each requirement, constraints left to their own file."""
+    (tmp_path / "wheels").mkdir()
+    path = write(tmp_path, {"requirements.txt": "--index-url https://example.invalid/simple\n-f ./wheels\n--no-index\n"
+                                                "-r more.txt\n-c pins.txt\n",
+                            "more.txt": "six==1.17.0 --hash=sha256:00\n-e ./local\n", "pins.txt": "numpy<3\n"})
+    reading = read_requirements(str(path), "requirements.txt", {})
+    assert reading.hashes
+    assert reading.as_arguments() == ("--index-url", "https://example.invalid/simple", "--find-links",
+                                      f"{tmp_path}/./wheels", "--no-index", "six==1.17.0", "-e", "./local")
