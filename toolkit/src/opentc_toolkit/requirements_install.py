@@ -168,33 +168,12 @@ def resolve(requirements: str, name: str, reading: Reading, pins: Mapping[str, s
     why = (f"{name} asks for {', '.join(e.words for e in asked)}" if asked else
            f"what {name} asks for moves {described(moves)}")
     companions = tuple(hf_stack.companions(reading.named(), family))
+    if reading.hashes:
+        return _resolved_with_hashes(install, held, first, moves, why, reading, companions, family, scratch,
+                                     dry_run_report)
     notes: tuple[str, ...] = (f"{why}: the image's {', '.join(companions) or 'Hugging Face packages'} are resolved "
                               f"again with it (not pinned), so that they go together",)
     bounds: tuple[str, ...] = ()
-    if reading.hashes:
-        # Every package pip installs must then be pinned with its hash: the family is resolved with the file's
-        # requirements read without their hashes, and what that adds is pinned with the hashes pip's report gives.
-        user_constraints = os.path.join(scratch, "user-constraints.txt")
-        with open(user_constraints, "w", encoding="utf-8") as f:
-            f.write("".join(f"{e.words}\n" for e in reading.entries if e.constraint))
-        unhashed = (*PIP, "install", "--no-input", *reading.as_arguments(), "-c", user_constraints)
-        found = dry_run_report((*unhashed, *companions, *held), "resolving it with the image's Hugging Face packages")
-        would, digests = hf_stack.reported(found), hf_stack.reported_hashes(found)
-        added = {n: would[n] for n in sorted(would) if n not in reading.named()}
-        unhashed_names = [n for n in added if n not in digests]
-        if unhashed_names:
-            notes = (f"{why}; in hash-checking mode (--hash) the image's other Hugging Face packages cannot be "
-                     f"resolved again with it, since pip gives no hash for {', '.join(unhashed_names)}: pip check and "
-                     f"an import of the family judge what it leaves",)
-            return Resolution((*install, *held), first, moves, (), notes)
-        pinned = os.path.join(scratch, "family-pinned.txt")
-        with open(pinned, "w", encoding="utf-8") as f:
-            f.write("".join(f"{n}=={v} --hash=sha256:{digests[n]}\n" for n, v in added.items()))
-        notes += (f"in hash-checking mode (--hash), what that adds is pinned with the hashes of pip's own resolution: "
-                  f"{', '.join(f'{n}=={v}' for n, v in added.items()) or 'nothing'}",)
-        found_changes = changes(would, package_backup.installed_version)
-        return Resolution((*install, "-r", pinned, *held), found_changes,
-                          tuple(c for c in found_changes if c.name in family and c.before), companions, notes)
     extra: tuple[str, ...] = companions
     would = dry_run((*install, *extra, *held), "resolving it with the image's Hugging Face packages")
     transformers = would.get("transformers", family.get("transformers"))
@@ -211,6 +190,38 @@ def resolve(requirements: str, name: str, reading: Reading, pins: Mapping[str, s
     found_changes = changes(would, package_backup.installed_version)
     return Resolution((*install, *extra, *bounds, *held), found_changes,
                       tuple(c for c in found_changes if c.name in family and c.before), companions, notes)
+
+
+def _resolved_with_hashes(install: tuple[str, ...], held: tuple[str, ...], first: tuple[Change, ...],
+                          moves: tuple[Change, ...], why: str, reading: Reading, companions: tuple[str, ...],
+                          family: Mapping[str, str], scratch: str,
+                          dry_run_report: Callable[[tuple[str, ...], str], str]) -> Resolution:
+    """A family move in hash-checking mode, where every package pip installs must be pinned with its hash: the
+    family is resolved with the file's requirements read without their hashes, and what that adds is installed
+    pinned with the hashes pip's report gives (a file of them beside the user's)."""
+    user_constraints = os.path.join(scratch, "user-constraints.txt")
+    with open(user_constraints, "w", encoding="utf-8") as f:
+        f.write("".join(f"{e.words}\n" for e in reading.entries if e.constraint))
+    unhashed = (*PIP, "install", "--no-input", *reading.as_arguments(), "-c", user_constraints)
+    found = dry_run_report((*unhashed, *companions, *held), "resolving it with the image's Hugging Face packages")
+    would, digests = hf_stack.reported(found), hf_stack.reported_hashes(found)
+    added = {n: would[n] for n in sorted(would) if n not in reading.named()}
+    unhashed_names = [n for n in added if n not in digests]
+    if unhashed_names:
+        return Resolution((*install, *held), first, moves, (), (
+            f"{why}; in hash-checking mode (--hash) the image's other Hugging Face packages cannot be resolved again "
+            f"with it, since pip gives no hash for {', '.join(unhashed_names)}: pip check and an import of the "
+            f"family judge what it leaves",))
+    pinned = os.path.join(scratch, "family-pinned.txt")
+    with open(pinned, "w", encoding="utf-8") as f:
+        f.write("".join(f"{n}=={v} --hash=sha256:{digests[n]}\n" for n, v in added.items()))
+    found_changes = changes(would, package_backup.installed_version)
+    return Resolution((*install, "-r", pinned, *held), found_changes,
+                      tuple(c for c in found_changes if c.name in family and c.before), companions, (
+                          f"{why}: the image's {', '.join(companions) or 'Hugging Face packages'} are resolved "
+                          f"again with it (not pinned), so that they go together",
+                          f"in hash-checking mode (--hash), what that adds is pinned with the hashes of pip's own "
+                          f"resolution: {', '.join(f'{n}=={v}' for n, v in added.items()) or 'nothing'}"))
 
 
 def _build_failures(lines: list[str]) -> list[str]:
