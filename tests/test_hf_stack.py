@@ -113,3 +113,41 @@ def test_a_build_from_source_that_failed_is_named_first_with_what_to_pin():
     assert other.startswith("fancy-ext had to be built from source") and "transformers" not in other
     assert _pip_reason("ERROR: No matching distribution found for nothing-here\n") == (
         "ERROR: No matching distribution found for nothing-here")
+
+
+def test_what_an_install_replaced_is_put_back_from_its_kept_files(tmp_path, monkeypatch):
+    """package_backup: the files of a package an install replaces are kept in the job's scratch folder; after pip has
+    removed what the install brought (and whatever it left half done), they are put back, byte for byte, with the
+    package's metadata, and a package the install added is known as added. The real undo runs in
+    test_requirements_install.py, over an overlay whose own packages pip never removes: this one removes them."""
+    from opentc_toolkit import package_backup
+
+    site = tmp_path / "site"
+    monkeypatch.syspath_prepend(str(site))
+    module, info = site / "opentc_kept", site / "opentc_kept-1.0.dist-info"
+    module.mkdir(parents=True)
+    info.mkdir()
+    (module / "__init__.py").write_text("VERSION = 1\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opentc-kept\nVersion: 1.0\n")
+    (info / "RECORD").write_text("opentc_kept/__init__.py,,\nopentc_kept-1.0.dist-info/METADATA,,\n"
+                                 "opentc_kept-1.0.dist-info/RECORD,,\n")
+    backup = package_backup.keep(["opentc_kept", "opentc-added"], str(tmp_path / "kept"))
+    assert backup.versions == {"opentc-kept": "1.0", "opentc-added": None} and backup.missing == ()
+    # the install: version 2 over version 1 (pip unlinks a file before it writes it), and a new package
+    (module / "__init__.py").unlink()
+    (module / "__init__.py").write_text("VERSION = 2\n")
+    for path in info.iterdir():
+        path.unlink()
+    info.rmdir()
+    fake_distribution(site, "opentc-kept", "2.0")
+    fake_distribution(site, "opentc-added", "0.1")
+    assert sorted(backup.changed()) == ["opentc-added", "opentc-kept"]
+    # pip uninstall: what the install brought goes
+    for path in (site / "opentc_kept-2.0.dist-info", site / "opentc_added-0.1.dist-info"):
+        for item in path.iterdir():
+            item.unlink()
+        path.rmdir()
+    (module / "__init__.py").unlink()
+    backup.put_back()
+    assert (module / "__init__.py").read_text() == "VERSION = 1\n"
+    assert package_backup.installed_version("opentc-kept") == "1.0" and backup.changed() == []
