@@ -328,7 +328,7 @@ def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, st
         return
     log.info("installing %s (torch, torch-xla and the CUDA libraries held at the installed versions): %s",
              requirements, described(resolution.changes))
-    broken_before = set(installer.broken())
+    broken_before = {*installer.broken(), *hf_stack.unmet_extras()}   # the image's own, held against no install
     backup = package_backup.keep([c.name for c in resolution.changes], os.path.join(scratch, "replaced-packages"))
     try:
         installer.pip(resolution.install, "installing it")
@@ -365,7 +365,7 @@ def _judge(installer: _Installer, resolution: Resolution, reading: Reading, fami
     now = hf_stack.installed_family()
     if not touched & hf_stack.dependencies(now):
         return
-    unmet = hf_stack.unmet_extras()
+    unmet = [line for line in hf_stack.unmet_extras() if line not in broken_before]
     failed = [] if unmet else installer.failed_imports(hf_stack.imports(now))
     if not failed and not unmet:
         return
