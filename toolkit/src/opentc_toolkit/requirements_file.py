@@ -87,9 +87,10 @@ class Reading:
         """The projects the files ask for (constraints only limit them)."""
         return {e.name for e in self.entries if e.name and not e.constraint}
 
-    def naming(self, names: set[str]) -> list[Entry]:
-        """The requirements and constraints that name one of `names`, in the files' order."""
-        return [e for e in self.entries if e.name in names]
+    def pinning(self, names: set[str]) -> list[Entry]:
+        """The requirements and constraints that ask for a version of one of `names` (a specifier, a file or a URL),
+        in the files' order: what a user changes to move it."""
+        return [e for e in self.entries if e.name in names and (e.specifier or e.direct)]
 
 
 def decoded(data: bytes, where: str) -> str:

@@ -164,7 +164,7 @@ def resolve(requirements: str, name: str, reading: Reading, pins: Mapping[str, s
     moves = tuple(c for c in first if c.name in family and c.before)
     if not moves:
         return Resolution((*install, *held), first, (), (), ())
-    asked = reading.naming(set(hf_stack.FAMILY))
+    asked = reading.pinning(set(hf_stack.FAMILY))
     why = (f"{name} asks for {', '.join(e.words for e in asked)}" if asked else
            f"what {name} asks for moves {described(moves)}")
     companions = tuple(hf_stack.companions(reading.named(), family))
@@ -352,7 +352,7 @@ def _judge(installer: _Installer, resolution: Resolution, reading: Reading, fami
         log.warning("pip check: %s was already broken before %s was installed (the image's own packages, or an "
                     "earlier install's), so it is not held against %s:\n%s", "this" if len(inherited) == 1 else
                     "each of these", name, name, "\n".join(f"  {line}" for line in inherited[:20]))
-    pins = reading.naming(set(hf_stack.FAMILY))
+    pins = reading.pinning(set(hf_stack.FAMILY))
     image = ", ".join(f"{k} {v}" for k, v in family.items())
     if new:
         moved = (f" It moved {described(resolution.moves_family)}, of the image's Hugging Face packages; pin the "
