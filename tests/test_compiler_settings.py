@@ -54,6 +54,18 @@ def test_library_patches_are_on_unless_turned_off():
     assert JobSettings.from_hyperparameters(decoded({LIBRARY_PATCHES: "false"})).worker.library_patches is False
 
 
+def test_library_patches_off_says_every_library_that_runs_as_installed_torchs_checkpoint_included():
+    """Issue 51: the line named transformers and accelerate, not torch's gradient checkpointing on XLA, which the
+    same switch leaves failing."""
+    from opentc_launcher.registry import backend_named
+
+    notes = backend_named("xla").launch_notes(WorkerOptions(backend="xla", device="cpu", library_patches=False), 0, {})
+    (line,) = [note for note in notes if note.startswith("library patches off")]
+    assert line.startswith("library patches off (--library-patches false): accelerate, safetensors, torch, torch_xla "
+                           "and transformers run as installed, torch's own included (torch.utils.checkpoint: "
+                           "gradient checkpointing fails on XLA"), line
+
+
 def test_unknown_compiler_key_is_a_typo_not_silence():
     with pytest.raises(BadInput, match="unknown hyperparameter sagemaker_training_compiler_enable:"):
         JobSettings.from_hyperparameters({"sagemaker_training_compiler_enable": True})

@@ -37,6 +37,7 @@ from .launch_checks import (
     option_problem,
     rendezvous_timeout,
 )
+from .option_folders import folder_problem
 from .options import WorkerOptions, add_worker_arguments
 from .process import configure_logging
 from .published_cache import WorkingCopy
@@ -200,6 +201,9 @@ def configure(argv: list[str] | None = None) -> RunConfig:
                          gpu_count)
     except LaunchRefused as e:
         _fail(args, exit_codes.BAD_INPUT, str(e))
+    unusable = folder_problem(options)
+    if unusable:
+        _fail(args, exit_codes.BAD_INPUT, unusable)
     # Made once the launch is decided, so that a refused launch leaves no folder behind.
     owns_log_dir = not args.log_dir
     args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")

@@ -23,6 +23,7 @@ from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import BadEnvironmentValue
 from .failure_records import missing_library, record_error, summarize_exception
 from .identity import WorkerIdentity
+from .option_folders import folder_problem
 from .options import WorkerOptions, add_worker_arguments
 from .process import (
     StoppedWithExitCode,
@@ -123,6 +124,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
         # Started on its own, nothing is decided yet (auto); started by a launcher, its decision is checked again
         # here, so a device this worker cannot use is refused as opentc-run refuses it, whoever chose it.
         options = decide(options, identity.world_size, os.environ, options.gpus())
+        unusable = folder_problem(options)
+        if unusable:
+            refuse(unusable)
         warning = unsynchronized_warning(options, identity.world_size)
         if warning:
             log.warning("rank %d: %s", identity.rank, warning)

@@ -19,8 +19,18 @@ from ..options import WorkerOptions
 from ..script import Program
 from ..setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, setting
 from ..worker_session import WorkerSession
+from .library_patches import PATCHES
 from .named_settings import DEBUG_LOG, INDUCTOR_INSTEAD, LIBRARY_PATCHES_OFF, UNSYNCHRONIZED
 from .session import PJRT_DEVICES, XlaSession, debug_switches, pjrt_device
+
+
+def patches_off_note(asked_by: str) -> str:
+    """What the job runs without the library patches: every library they fix, and what torch's own lose (gradient
+    checkpointing on XLA), from the patches themselves."""
+    libraries = sorted({patch.module.split(".")[0] for patch in PATCHES})
+    torch_own = [f"{patch.module}: {patch.unpatched}" for patch in PATCHES if patch.module.split(".")[0] == "torch"]
+    return (f"library patches off ({asked_by}): {', '.join(libraries[:-1])} and {libraries[-1]} run as installed"
+            + (f", torch's own included ({'; '.join(torch_own)})" if torch_own else ""))
 
 
 def cpu_multi_worker_message(world_size: int) -> str:
@@ -99,8 +109,7 @@ class XlaBackend(CompilerBackend):
 
             notes.append(status_line())
         if not options.library_patches:
-            notes.append(f"library patches off ({setting(LIBRARY_PATCHES_OFF, env)}): transformers and "
-                         f"accelerate run as installed")
+            notes.append(patches_off_note(setting(LIBRARY_PATCHES_OFF, env)))
         if "PJRT_DEVICE" in env:
             notes.append(f"Found pre-existing configuration PJRT_DEVICE={env['PJRT_DEVICE']}: keeping it")
         return notes
