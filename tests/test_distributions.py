@@ -260,13 +260,16 @@ def test_an_optimizer_created_before_fully_shard_is_a_loud_finding(make_job):
     assert all(f"rank {rank}: {said}" in result.output for rank in (0, 1)), result.output[-3000:]
     losses = json.loads((job.model / "losses.json").read_text())["losses"]
     summary = job.read_json("output/data/job-summary.json")
-    assert [said in f for f in summary["findings"]] == [True], summary["findings"]
-    assert all(len(p["findings"]) == 1 for p in summary["processes"])
+    # The script also reads its loss back at every step (it logs every step): a finding of its own, where it is.
+    every_step = f"every step at: {job.root}/code/fsdp2_compile.py:"
+    assert [said in f for f in summary["findings"] if every_step not in f] == [True], summary["findings"]
+    assert all(len(p["findings"]) == 2 for p in summary["processes"])
 
     fine = make_job(script="fsdp2_compile.py", **SENT["torch_distributed"], **BACKENDS["eager"], compile="no")
     result = run_train(fine, OPENTC_WORKERS_PER_HOST="2")
     assert result.returncode == 0 and "found no gradient" not in result.output, result.output[-3000:]
-    assert fine.read_json("output/data/job-summary.json")["findings"] == []
+    assert [every_step.replace(str(job.root), str(fine.root)) in f
+            for f in fine.read_json("output/data/job-summary.json")["findings"]] == [True]
     trained = json.loads((fine.model / "losses.json").read_text())["losses"]
     assert trained[0] == pytest.approx(losses[0]) and trained[-1] < losses[-1]   # the same start; only this one learnt
 

@@ -35,7 +35,9 @@ from .replace import replace_once
 READ_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__", "__repr__")
 MAX_SITES = 50          # places kept, the first ones seen: a script reads from a handful
 LISTED = 5              # in a finding
-PER_STEP = 0.5          # a place reading in at least this share of the measured steps reads every step
+# A place reading in at least this share of the measured steps reads every step; one that reads every other step
+# (a log every 2 steps) does not.
+PER_STEP = 0.9
 
 # Where a read's frames are, by path (slashes): the first frame outside torch and this package is its place; the
 # innermost frame inside torch says whose read it is.
