@@ -19,6 +19,7 @@ from .host import HostFacts, probe_host
 from .installed import default_compiler, why_default
 from .installed import version as installed_version
 from .launch_checks import too_many_workers
+from .library_changes import listing as library_changes_listing
 from .mfu import job_utilisation
 from .options import CHOICE, FLAG, NAMES, WHOLE, Declared, WorkerOptions, off_names, settable_options
 from .process import PR_SET_CHILD_SUBREAPER, die_with_parent, prctl
@@ -69,6 +70,7 @@ __all__ = [
     "flag",
     "installed_version",
     "job_utilisation",
+    "library_changes_listing",
     "number_from_env",
     "off_names",
     "open_working_copy",

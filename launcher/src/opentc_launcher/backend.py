@@ -19,6 +19,7 @@ from typing import ClassVar
 from .cuda_driver import driver_problem
 from .identity import WorkerIdentity
 from .options import WorkerOptions
+from .patching import LibraryChange
 from .published_cache import WorkingCopy
 from .script import Program
 from .setting_names import Setting
@@ -78,6 +79,8 @@ class CompilerBackend(ABC):
     optional_defaults: ClassVar[Mapping[str, str]] = MappingProxyType({})
     # The variable of debug mode's that logs what a finding of this backend's points to (setting_names), or None.
     debug_log: ClassVar[Setting | None] = None
+    # What its workers change in libraries' code beside what every worker does (the ledger: library_changes.py).
+    library_changes: ClassVar[tuple[LibraryChange, ...]] = ()
 
     def missing(self) -> str | None:
         """What this backend needs that is not installed here, in words (the xla backend in the inductor image), or

@@ -37,6 +37,7 @@ from .launch_checks import (
     option_problem,
     rendezvous_timeout,
 )
+from .library_changes import listing as library_changes_listing
 from .options import WorkerOptions, add_worker_arguments
 from .process import configure_logging
 from .published_cache import WorkingCopy
@@ -74,6 +75,9 @@ def build_parser(env: Mapping[str, str] = os.environ) -> argparse.ArgumentParser
     parser.description = ("Launch a training script on its compiler backend (PyTorch/XLA, TorchInductor, or "
                           "none), one worker per device, with torchrun's options.")
     add_worker_arguments(parser, BACKEND_DEFAULTS)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="decide the launch and print it (the workers' options, and the library changes they "
+                             "would make on the versions installed here) and exit: nothing is started or written")
     parser.add_argument("--failure-report", default="", metavar="FILE",
                         help="when a worker fails, write the failure (rank, exit code, error) to FILE as JSON")
     parser.add_argument(CACHE_COPY_OPENED, action="store_true",
@@ -200,9 +204,9 @@ def configure(argv: list[str] | None = None) -> RunConfig:
                          gpu_count)
     except LaunchRefused as e:
         _fail(args, exit_codes.BAD_INPUT, str(e))
-    # Made once the launch is decided, so that a refused launch leaves no folder behind.
-    owns_log_dir = not args.log_dir
-    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
+    # Made once the launch is decided, so that a refused launch (or a dry run) leaves no folder behind.
+    owns_log_dir = not args.log_dir and not args.dry_run
+    args.log_dir = args.log_dir or ("" if args.dry_run else tempfile.mkdtemp(prefix="opentc-run-"))
     warning = unsynchronized_warning(options, world_size)
     if warning:
         log.warning("%s", warning)
@@ -294,9 +298,25 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
     sys.exit(exit_codes.OK)
 
 
+def dry_run(config: RunConfig) -> str:
+    """What the launch would run, decided: the world, the workers' options, and the ledger as they would meet it."""
+    args, options = config.args, config.options
+    lines = [f"opentc-run --dry-run (nothing was started or written): {args.nproc_per_node} worker(s) per host, "
+             f"hosts {args.nnodes}, rendezvous on {config.endpoint}",
+             f"backend {options.backend} on {options.device}, worker options: {' '.join(options.to_argv())}",
+             f"script: {' '.join([args.training_script, *args.training_script_args])}", "",
+             "library changes (what the workers change in libraries' code, on the versions installed here):",
+             *(f"  {line}" for line in library_changes_listing(options, os.environ))]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     configure_logging()
-    launch(configure(argv))
+    config = configure(argv)
+    if config.args.dry_run:
+        print(dry_run(config))
+        sys.exit(exit_codes.OK)
+    launch(config)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from .decision import LaunchRefused, decide, unsynchronized_warning
 from .env_values import BadEnvironmentValue
 from .failure_records import missing_library, record_error, summarize_exception
 from .identity import WorkerIdentity
+from .library_changes import patches_off_line
 from .options import WorkerOptions, add_worker_arguments
 from .process import (
     StoppedWithExitCode,
@@ -135,6 +136,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
             log.info("rank0: the %s environment this worker sets for itself (a launcher above set none of it): %s",
                      backend.title, " ".join(f"{k}={v}" for k, v in sorted(own.applied.items())))
         os.environ.update(own.applied)
+        if not options.library_patches and identity.rank == 0:
+            log.info("rank0: %s", patches_off_line(options, os.environ))
         session = backend.start(options, identity, os.environ, program)
     except (LaunchRefused, BadEnvironmentValue) as e:
         refuse(str(e))

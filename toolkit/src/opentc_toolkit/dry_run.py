@@ -21,13 +21,13 @@ import tempfile
 from collections.abc import Mapping
 from typing import IO
 
-from opentc_launcher.api import backend_named
+from opentc_launcher.api import backend_named, library_changes_listing
 
 from .job import JobPaths
 from .not_started import JobNotStarted
 from .plan import LAUNCH_VARIABLES, LaunchSettings, PlannedJob, plan_job
 from .source import check_requirements, requirements_path
-from .stack import stack_pins
+from .stack import requested_versions, stack_pins
 
 log = logging.getLogger("opentc_toolkit")
 
@@ -37,16 +37,18 @@ RUN_FOLDER = "<run folder>"   # the run's scratch folder, a fresh temporary fold
 
 
 def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple[PlannedJob, LaunchSettings,
-                                                                                  str | None]:
+                                                                                  str | None, dict[str, str]]:
     """The job's plan as `train` would make it (plan.plan_job, the code fetched into `scratch`), its launch
-    settings, and the requirements file that would be installed (None without one; one that would move the stack is
-    refused here, as it would be before pip ran). Raises JobNotStarted as a real run would."""
+    settings, the requirements file that would be installed (None without one; one that would move the stack is
+    refused here, as it would be before pip ran) and what it asks of each package it names
+    (stack.requested_versions). Raises JobNotStarted as a real run would."""
     launch = LaunchSettings.from_env(base_env)
     job_plan = plan_job(paths, launch, base_env, scratch, dry_run=True)
     requirements = requirements_path(job_plan.code, job_plan.job.requirements_file)
+    asked: dict[str, str] = {}
     if requirements is not None:
-        check_requirements(requirements, job_plan.job.requirements_file, stack_pins())
-    return job_plan, launch, (job_plan.job.requirements_file if requirements is not None else None)
+        asked = requested_versions(check_requirements(requirements, job_plan.job.requirements_file, stack_pins()))
+    return job_plan, launch, (job_plan.job.requirements_file if requirements is not None else None), asked
 
 
 LONG = 200   # a value longer than this is shortened in the printout (SM_TRAINING_ENV runs to kilobytes)
@@ -76,7 +78,7 @@ def env_changes(base_env: Mapping[str, str], env: Mapping[str, str]) -> list[str
 
 
 def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | None, base_env: Mapping[str, str],
-           scratch: str) -> str:
+           scratch: str, requested: Mapping[str, str] | None = None) -> str:
     job, settings, plan = job_plan.job, job_plan.settings, job_plan.plan
 
     def hidden(text: str) -> str:
@@ -114,6 +116,12 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
                       "workers, a file's name gets .rank<N>):",
                   *(hidden(f"  + {name}={short(value)}") for name, value in sorted(sets.items())),
                   *(hidden(f"  = {line}") for line in kept)]
+    options = plan.options
+    lines += ["", f"library changes ({settings.backend_name if settings.enabled else 'compiler off'}: what the "
+                  f"workers change in libraries' code, on the versions the job would run; docs/versions.md, "
+                  f"\"Library changes\"):",
+              *(f"  {line}" for line in library_changes_listing(options, plan.command.env, requested or {},
+                                                                requirements or "requirements.txt"))]
     return "\n".join(lines)
 
 
@@ -123,11 +131,11 @@ def dry_run(paths: JobPaths, base_env: Mapping[str, str], out: IO[str] = sys.std
     scratch = tempfile.mkdtemp(prefix="opentc-dry-run-")
     try:
         try:
-            job_plan, launch, requirements = planned(paths, base_env, scratch)
+            job_plan, launch, requirements, asked = planned(paths, base_env, scratch)
         except JobNotStarted as e:
             print(f"opentc-train --dry-run: the job would not start (exit code {e.exit_code}): {e}", file=err)
             return e.exit_code
-        print(render(job_plan, launch, requirements, base_env, scratch), file=out)
+        print(render(job_plan, launch, requirements, base_env, scratch, asked), file=out)
         return 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

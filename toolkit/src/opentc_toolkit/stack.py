@@ -57,6 +57,26 @@ def conflicts(requirement_lines: Iterable[str], pins: Mapping[str, str]) -> list
     return found
 
 
+def requested_versions(requirement_lines: Iterable[str]) -> dict[str, str]:
+    """What a requirements file asks of each package it names: the version, where it pins one (`==4.38.0`), else the
+    requirement as written (`transformers>=4.30`: pip decides). Lines pip reads otherwise (paths, URLs, options) are
+    left to pip."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    asked = {}
+    for line in requirement_lines:
+        text = line.split(" #", 1)[0].strip()
+        if not text or text.startswith(("#", "-")):
+            continue
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        pinned = [s.version for s in requirement.specifier if s.operator in ("==", "===") and "*" not in s.version]
+        asked[canonical(requirement.name)] = pinned[0] if len(pinned) == 1 and not requirement.url else text
+    return asked
+
+
 def main() -> None:
     print("# The packages that must move together, at the versions installed (opentc_toolkit.stack).")
     print(constraints_text(stack_pins()), end="")

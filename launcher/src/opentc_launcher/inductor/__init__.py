@@ -20,6 +20,7 @@ from ..options import WorkerOptions
 from ..published_cache import WorkingCopy
 from ..script import Program
 from ..worker_session import WorkerSession
+from . import regional
 from .compile_time import OPTIONAL_DEFAULTS
 from .named_settings import DEBUG_LOG
 from .session import CACHE_VARIABLE, InductorSession, cache_folder_for
@@ -31,6 +32,7 @@ class InductorBackend(CompilerBackend):
     title = "torch.compile (TorchInductor)"
     optional_defaults = OPTIONAL_DEFAULTS
     debug_log = DEBUG_LOG
+    library_changes = regional.CHANGES
 
     def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
         return cuda_or_cpu(requested, gpu_count, "TorchInductor", env)

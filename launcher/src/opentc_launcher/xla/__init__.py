@@ -16,8 +16,9 @@ from ..options import WorkerOptions
 from ..script import Program
 from ..setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, setting
 from ..worker_session import WorkerSession
+from . import library_patches, loss_scaling, spawned
 from .named_settings import DEBUG_LOG, INDUCTOR_INSTEAD, LIBRARY_PATCHES_OFF, UNSYNCHRONIZED
-from .session import PJRT_DEVICES, XlaSession, debug_switches, pjrt_device
+from .session import PJRT_DEVICES, PROCESS_GROUP_KEPT, STEP_MARKER, XlaSession, debug_switches, pjrt_device
 
 
 def cpu_multi_worker_message(world_size: int) -> str:
@@ -32,6 +33,7 @@ class XlaBackend(CompilerBackend):
     name = "xla"
     debug_log = DEBUG_LOG
     title = "PyTorch/XLA"
+    library_changes = (*library_patches.PATCHES, loss_scaling.CHANGE, STEP_MARKER, spawned.CHANGE, PROCESS_GROUP_KEPT)
 
     def missing(self) -> str | None:
         if has_module("torch_xla"):
