@@ -19,6 +19,7 @@ from .host import HostFacts, probe_host
 from .installed import default_compiler, why_default
 from .installed import version as installed_version
 from .launch_checks import too_many_workers
+from .launch_context import LaunchContext
 from .library_changes import listing as library_changes_listing
 from .mfu import job_utilisation
 from .options import CHOICE, FLAG, NAMES, WHOLE, Declared, WorkerOptions, off_names, settable_options
@@ -54,6 +55,7 @@ __all__ = [
     "EnvironmentChanges",
     "FailureRecord",
     "HostFacts",
+    "LaunchContext",
     "LaunchRefused",
     "Rendezvous",
     "WorkerOptions",

@@ -169,12 +169,6 @@ class WorkerOptions:
                           'and with the compiler off (exit code 2, naming those accepted); on XLA or with the '
                           'compiler off the names leave nothing off (logged)', "every default on"))
 
-    def gpus(self) -> int:
-        """The GPU count handed down, else this process's own."""
-        from .gpus import visible_gpu_count
-
-        return self.gpu_count if self.gpu_count >= 0 else visible_gpu_count()
-
     def debug_folder(self) -> str:
         """Where debug mode's artefacts go: --debug-dir, else ./opentc-debug in the working folder."""
         return self.debug_dir or os.path.abspath(DEFAULT_DEBUG_FOLDER)

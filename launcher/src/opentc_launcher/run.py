@@ -20,16 +20,15 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from . import exit_codes
 from .commands import CACHE_COPY_OPENED, DEFAULT_MASTER_PORT, worker_command
-from .decision import LaunchRefused, decide, unsynchronized_warning
+from .decision import LaunchRefused, decided_once, host_for, unsynchronized_warning
 from .env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from .failure_records import LAUNCH, FailureRecord, read_error_file
 from .files import write_atomically
-from .gpus import visible_gpu_count
 from .launch_checks import (
     WATCHDOG_MARGIN,
     RendezvousWatchdog,
@@ -37,6 +36,7 @@ from .launch_checks import (
     option_problem,
     rendezvous_timeout,
 )
+from .launch_context import LaunchContext
 from .library_changes import listing as library_changes_listing
 from .options import WorkerOptions, add_worker_arguments
 from .process import configure_logging
@@ -186,10 +186,11 @@ def configure(argv: list[str] | None = None) -> RunConfig:
                      "under its backend's bootstrap (opentc-worker)")
     from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
-    gpu_count = args.gpu_count if args.gpu_count >= 0 else visible_gpu_count()   # counted once, handed down
+    requested = WorkerOptions.from_namespace(args)
+    host = host_for(requested, os.environ)   # as a launcher above counted it, else probed once, here
     if args.master_port is None:   # torch >= 2.8 leaves it unset for run() to fill in; config_from_args needs it
         args.master_port = DEFAULT_MASTER_PORT
-    problem = resolve_standard_variables(args) or option_problem(args, gpu_count)
+    problem = resolve_standard_variables(args) or option_problem(args, host.gpus)
     if problem:
         _fail(args, exit_codes.BAD_INPUT, problem)
     apply_standalone(args)
@@ -199,9 +200,8 @@ def configure(argv: list[str] | None = None) -> RunConfig:
         args.tee = "2"
     world_size = parse_min_max_nnodes(args.nnodes)[1] * determine_local_world_size(args.nproc_per_node)
     try:
-        # Every worker gets the decision as its options.
-        options = decide(replace(WorkerOptions.from_namespace(args), gpu_count=gpu_count), world_size, os.environ,
-                         gpu_count)
+        # Every worker gets the decision as its options, and applies it.
+        options = decided_once(requested, LaunchContext(host, world_size, os.environ))
     except LaunchRefused as e:
         _fail(args, exit_codes.BAD_INPUT, str(e))
     # Made once the launch is decided, so that a refused launch (or a dry run) leaves no folder behind.

@@ -12,6 +12,7 @@ from collections.abc import Mapping, MutableMapping
 from ..backend import CompilerBackend, LaunchRefused, no_gpu_message
 from ..identity import WorkerIdentity
 from ..installed import has_module
+from ..launch_context import LaunchContext
 from ..options import WorkerOptions
 from ..script import Program
 from ..setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, setting
@@ -40,8 +41,9 @@ class XlaBackend(CompilerBackend):
             return None
         return "PyTorch/XLA (the torch-xla package) is not installed here"
 
-    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
+    def decide_device(self, requested: str, context: LaunchContext) -> str:
         """An explicit choice, else PJRT_DEVICE, else cuda when a GPU is visible, else cpu."""
+        env, gpu_count = context.env, context.gpus
         if requested == "auto":
             chosen = env.get("PJRT_DEVICE", "").strip().upper()
             if chosen and chosen not in PJRT_DEVICES.values():
@@ -54,8 +56,8 @@ class XlaBackend(CompilerBackend):
             raise LaunchRefused(no_gpu_message("PJRT_DEVICE=CUDA", "XLA:CUDA"))
         return requested
 
-    def multi_worker_refusal(self, options: WorkerOptions, world_size: int,
-                             env: Mapping[str, str]) -> str | None:
+    def multi_worker_refusal(self, options: WorkerOptions, context: LaunchContext) -> str | None:
+        world_size, env = context.world_size, context.env
         if options.device != "cpu" or world_size <= 1 or options.cpu_multi_worker == "unsynchronized":
             return None
         return (
@@ -77,7 +79,7 @@ class XlaBackend(CompilerBackend):
     def debug_switches(self, folder: str, env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
         return debug_switches(folder, env)
 
-    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
+    def launch_environment(self, context: LaunchContext) -> dict[str, str]:
         # transformers and accelerate take the XLA device only when told to.
         wanted = {"USE_TORCH_XLA": "1"}
         # torch_xla imports torch._inductor, whose import warms Inductor's compile-worker pool: a process that imports
@@ -85,13 +87,14 @@ class XlaBackend(CompilerBackend):
         # CPU per rank on a 2-core machine). torch skips the warm-up unless TORCH_WARM_POOL is "1"; a script that does
         # compile with Inductor still gets the pool, started at its first compilation.
         wanted["TORCH_WARM_POOL"] = "0"
-        if gpu_count > 0:
-            wanted["GPU_NUM_DEVICES"] = str(gpu_count)   # as AWS's images set it
+        if context.gpus > 0:
+            wanted["GPU_NUM_DEVICES"] = str(context.gpus)   # as AWS's images set it
         # Debug mode's switches are not among these: each worker sets them in its own process (xla.session).
         return wanted
 
-    def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
-        notes = [f"PyTorch/XLA on PJRT_DEVICE={pjrt_device(options)} ({gpu_count} GPU(s) on this host)"]
+    def launch_notes(self, options: WorkerOptions, context: LaunchContext) -> list[str]:
+        env = context.env
+        notes = [f"PyTorch/XLA on PJRT_DEVICE={pjrt_device(options)} ({context.gpus} GPU(s) on this host)"]
         if options.device == "cuda":
             from .cuda import status_line
 
