@@ -7,7 +7,10 @@ launch_checks); running it (process, the compile cache's working copy); and afte
 about itself and about a failure (failure_records, worker_record) and the utilisation reached (mfu)."""
 
 from . import exit_codes
-from .backend import CompilerBackend
+from .after_workers import FINISHING as AFTER_WORKERS_FINISHING
+from .after_workers import PUBLISHED as AFTER_WORKERS_PUBLISHED
+from .after_workers import AfterWorkers, CommandNotStarted
+from .backend import CompilerBackend, FollowUp
 from .commands import DEFAULT_MASTER_PORT, Rendezvous, run_argv, worker_command
 from .compiler_env import EnvironmentChanges, compiler_environment
 from .cuda_driver import XLA_IMAGE_VARIABLE
@@ -34,6 +37,8 @@ from .worker_record import WorkerRecord, read_records
 from .working_cache import open_working_copy, publish_working_copy, with_working_copy
 
 __all__ = [
+    "AFTER_WORKERS_FINISHING",
+    "AFTER_WORKERS_PUBLISHED",
     "CHOICE",
     "COMPILER_NAMES",
     "COMPILER_OFF",
@@ -49,11 +54,14 @@ __all__ = [
     "SETTING_NAMES_VARIABLE",
     "WHOLE",
     "XLA_IMAGE_VARIABLE",
+    "AfterWorkers",
     "BadEnvironmentValue",
+    "CommandNotStarted",
     "CompilerBackend",
     "Declared",
     "EnvironmentChanges",
     "FailureRecord",
+    "FollowUp",
     "HostFacts",
     "LaunchContext",
     "LaunchRefused",

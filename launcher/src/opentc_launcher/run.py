@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from . import exit_codes
-from .commands import CACHE_COPY_OPENED, DEFAULT_MASTER_PORT, worker_command
+from .after_workers import AfterWorkers
+from .commands import AFTER_WORKERS_BY_CALLER, CACHE_COPY_OPENED, DEFAULT_MASTER_PORT, worker_command
 from .decision import LaunchRefused, decided_once, host_for, unsynchronized_warning
 from .env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from .failure_records import LAUNCH, FailureRecord, read_error_file
@@ -43,7 +44,7 @@ from .process import configure_logging
 from .published_cache import WorkingCopy
 from .registry import BACKEND_DEFAULTS
 from .text import tail
-from .working_cache import own_working_copy, publish_working_copy
+from .working_cache import own_working_copy
 
 log = logging.getLogger("opentc_launcher")
 
@@ -84,6 +85,10 @@ def build_parser(env: Mapping[str, str] = os.environ) -> argparse.ArgumentParser
                         help="the program that starts opentc-run opened the working copy of the cache in "
                              "--compile-cache-work-dir and publishes it (the SageMaker toolkit does); without it, "
                              "opentc-run opens and publishes the copy itself")
+    parser.add_argument(AFTER_WORKERS_BY_CALLER, action="store_true",
+                        help="the program that starts opentc-run does what follows the workers (debug mode's reports, "
+                             "the cache's publication: the SageMaker toolkit does, within its own bound); without it, "
+                             "opentc-run does it after its workers")
     return parser
 
 
@@ -230,7 +235,8 @@ def _as_workers(args: argparse.Namespace, options: WorkerOptions) -> None:
 
 def launch(config: RunConfig) -> NoReturn:
     """Run the workers and end with their outcome: 0, the failed worker's exit code (with its failure report), or
-    the stop's; the working copy of the cache, when this launcher owns one, is published after a success."""
+    the stop's; then, unless the caller does it, the after-workers step (after_workers.py: debug mode's reports, and
+    after a success the working copy of the cache, when this launcher owns one, published)."""
     options, cache = own_working_copy(config.options, config.log_dir, os.environ,
                                       opened_above=config.args.compile_cache_copy_opened)
     try:
@@ -271,6 +277,7 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
 
     watchdog = RendezvousWatchdog(rendezvous_timeout(args.rdzv_conf) + WATCHDOG_MARGIN, rendezvous_never_completed)
     watchdog.start()
+    exit_code = exit_codes.OK
     try:
         elastic_launch(launch_config, cmd)(*cmd_args)
     except ChildFailedError as e:
@@ -278,7 +285,7 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
         write_failure_report(args.failure_report, record)
         where = f"rank {record.rank}" if record.rank is not None else "a worker"
         log.error("%s failed with exit code %d: %s", where, record.exit_code, record.summary or "(no error record)")
-        sys.exit(record.exit_code)
+        exit_code = record.exit_code
     except SignalException as e:  # this launcher was stopped; torch has already stopped the workers
         log.error("stopped by %s", e.sigval.name)
         sys.exit(exit_codes.of_signal(e.sigval))
@@ -286,16 +293,18 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
         _fail(args, *classify_launch_error(e, config.endpoint, config.node, f"{args.nproc_per_node} worker(s)"))
     finally:
         watchdog.disarm()
-    if cache is not None:
+    if not args.after_workers_by_caller:
+        # torch's stop handlers outlive the launch: a stop during the step lands here, as SignalException
+        step = AfterWorkers(options, cache, stops=(SignalException,))
         try:
-            log.info("compilation cache: %s", publish_working_copy(cache))
-        except OSError as e:
-            log.warning("compilation cache: not published: %s: %s", type(e).__name__, e)
-        except SignalException as e:   # torch's stop handlers outlive the launch: a stop now lands here
-            log.error("stopped by %s after every worker succeeded, while the compilation cache was being published: "
-                      "the published cache is left as it was", e.sigval.name)
+            step.run(succeeded=exit_code == exit_codes.OK)
+        except SignalException as e:
+            publishing = step.during.startswith("while the compilation cache was being published")
+            log.error("stopped by %s after %s, %s%s", e.sigval.name,
+                      "every worker succeeded" if exit_code == exit_codes.OK else "the workers ended", step.during,
+                      ": the published cache is left as it was" if publishing else "")
             sys.exit(exit_codes.of_signal(e.sigval))
-    sys.exit(exit_codes.OK)
+    sys.exit(exit_code)
 
 
 def dry_run(config: RunConfig) -> str:
