@@ -22,21 +22,19 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from opentc_launcher.api import (
-    MAX_PORT,
     SETTING_NAMES_VARIABLE,
-    BadEnvironmentValue,
     LaunchContext,
     LaunchRefused,
     Rendezvous,
     WorkerOptions,
     compiler_environment,
     decide,
-    number_from_env,
     run_argv,
     too_many_workers,
     with_working_copy,
     worker_command,
 )
+from opentc_launcher.common import MAX_PORT, BadEnvironmentValue, number_from_env
 
 from .aws_launcher import adapt_aws_launcher
 from .contract import SAGEMAKER_MASTER_PORT, contract_environment, network_interfaces

@@ -12,7 +12,8 @@ import zlib
 from collections.abc import Callable, Mapping
 from urllib.parse import unquote, urlparse
 
-from opentc_launcher.api import exit_codes, printable, why_not_a_script
+from opentc_launcher.api import exit_codes, why_not_a_script
+from opentc_launcher.common import printable
 
 from . import hf_stack
 from .job import TrainingJob
