@@ -147,12 +147,23 @@ def test_a_refusal_of_the_settings_comes_before_requirements_txt_is_installed(ma
 
 
 def test_a_requirement_that_would_move_torch_is_refused_naming_the_pin(make_job):
+    """However it is written (a file it includes, a continuation line, pip-compile's hashes: test_requirements_file.py
+    has each), pip reads it, so it is refused before pip runs."""
     import importlib.metadata as metadata
 
     job = bad_job(make_job)
-    (job.root / "code" / "requirements.txt").write_text("# ours\ntorch==2.8.0\ntransformers\n")
-    assert_refused(job, run_train(job), "requirements.txt asks for 'torch==2.8.0' (this image pins "
-                                        f"torch=={metadata.version('torch')})")
+    (job.root / "code" / "requirements.txt").write_text("# ours\n-r pinned.txt\ntransformers\n")
+    (job.root / "code" / "pinned.txt").write_text("torch==1.0 \\\n    --hash=sha256:00\n")
+    pinned = metadata.version("torch")
+    assert_refused(job, run_train(job), "requirements.txt asks for 'torch==1.0' (pinned.txt line 1 (from "
+                                        f"requirements.txt line 2); this image pins torch=={pinned})")
+
+
+def test_a_requirements_file_that_is_not_utf8_is_refused_naming_the_byte(make_job):
+    job = bad_job(make_job)
+    (job.root / "code" / "requirements.txt").write_bytes(b"six  # caf\xe9\n")
+    assert_refused(job, run_train(job), "requirements.txt in the code folder is not UTF-8 (pip reads it as UTF-8",
+                   "byte 0xe9 at offset 10 (line 1) cannot be decoded. Save it as UTF-8")
 
 
 def test_sagemaker_trainings_own_entry_keeps_a_failing_exit_code(make_job, sagemaker_training_entry):

@@ -57,7 +57,7 @@ def test_with_every_default_off_the_trainer_compiles_the_whole_model_as_before(m
     report = job.compile_report()
     off = f"off (hyperparameter {DEFAULTS_OFF})"
     assert report["compile_time_defaults"] == dict.fromkeys(
-        ["regional", "head", "vec_isa", "job_id", "logging", "warm_start"], off)
+        ["regional", "head", "vec_isa", "job_id", "logging", "warm_start", "progress"], off)
     assert "regional compilation:" not in result.output
     assert report["graphs_captured"] >= 2, report                        # whole, and broken where it logs
     assert any("Logger" in b["reason"] or "logging" in b["reason"] for b in report["graph_breaks"]), report

@@ -42,8 +42,8 @@ def test_names_are_read_leniently_and_once():
     assert all(WorkerOptions(backend="inductor", defaults_off="all").is_off(name) for name in OPTIONAL_DEFAULTS)
 
 
-ACCEPTED = ("accepts the compile-time defaults to leave off, comma-separated: regional, head, vec_isa, job_id, "
-            "logging, warm_start, or all; ")
+ACCEPTED = ("accepts the compile-time defaults to leave off, comma-separated: progress, regional, head, vec_isa, "
+            "job_id, logging, warm_start, or all; ")
 
 
 @pytest.mark.parametrize("backend", ["inductor", "xla", "eager"])
@@ -321,7 +321,8 @@ def test_a_plain_scripts_torch_compile_is_regional_only_where_blocks_repeat():
     assert sorted(wrapper.state_dict()) == sorted(torch.compile(Net()).state_dict())  # "_orig_mod." names, as torch's
     assert all(compiled(block) for block in model.blocks) and not compiled(model.out) and not compiled(model)
     assert notes == ["torch.compile(Net) compiled its 3 repeated blocks in place, sharing one graph per kind of "
-                     "block (1 kind), and 0 other part(s); 2 single layer(s) left eager"]
+                     "block (1 kind), and 0 other part(s); 2 single layer(s) left eager (the head too: the model's "
+                     "own forward runs its blocks)"]
 
     assert why_whole(Net(widths=(8, 16, 8)), {}) == "compiled whole: the model has no repeated blocks"
     assert why_whole(Net(), {"fullgraph": True}) == "compiled whole: fullgraph=True asks for one graph"

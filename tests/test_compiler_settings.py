@@ -55,6 +55,19 @@ def test_library_patches_are_on_unless_turned_off():
     assert JobSettings.from_hyperparameters(decoded({LIBRARY_PATCHES: "false"})).worker.library_patches is False
 
 
+def test_library_patches_off_says_every_library_that_runs_as_installed_torchs_checkpoint_included():
+    """Issue 51: the line named transformers and accelerate, not torch's gradient checkpointing on XLA, which the
+    same switch leaves failing."""
+    from opentc_launcher.registry import backend_named
+
+    notes = backend_named("xla").launch_notes(WorkerOptions(backend="xla", device="cpu", library_patches=False),
+                                              launch_context())
+    (line,) = [note for note in notes if note.startswith("library patches off")]
+    assert line.startswith("library patches off (--library-patches false): accelerate, safetensors, torch, torch_xla "
+                           "and transformers run as installed, torch's own included (torch.utils.checkpoint: "
+                           "gradient checkpointing fails on XLA"), line
+
+
 def test_unknown_compiler_key_is_a_typo_not_silence():
     with pytest.raises(BadInput, match="unknown hyperparameter sagemaker_training_compiler_enable:"):
         JobSettings.from_hyperparameters({"sagemaker_training_compiler_enable": True})
@@ -262,7 +275,7 @@ def test_each_worker_setting_is_declared_once_with_its_key_default_and_option():
     read = JobSettings.from_hyperparameters({})
     declared = settable_options()
     assert {name for name, _, _ in declared} == {"debug_mode", "cpu_multi_worker", "max_compilations", "warmup_steps",
-                                                "library_patches", "defaults_off"}
+                                                "library_patches", "defaults_off", "compile_progress_seconds"}
     for name, _, default in declared:
         assert WORKER_SETTINGS[name] == f"sagemaker_training_compiler_{name}" and WORKER_SETTINGS[name] in COMPILER_KEYS
         assert getattr(read.worker, name) == default, name

@@ -6,7 +6,8 @@ No GPU exists here: a stub driver built with gcc stands in for the driver's libr
 libcuda.so.1 (loaded through LD_LIBRARY_PATH, as the NVIDIA container runtime mounts the real ones), reporting the
 GPUs STUB_NVML_GPUS says, the CUDA version STUB_CUDA_DRIVER says (default 13.0) and the driver version
 STUB_DRIVER_VERSION says, the name and compute capability STUB_GPU_NAME and STUB_COMPUTE_CAPABILITY say (none without
-them) and 81559 MiB; and nvidia-smi, which sagemaker-training counts GPUs with.
+them) and 81559 MiB (or crashing there with STUB_NVML_CRASH, never answering with STUB_NVML_HANG); and nvidia-smi,
+which sagemaker-training counts GPUs with.
 """
 
 import json
@@ -21,7 +22,10 @@ STUB = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <stddef.h>
-static unsigned int gpus(void) { const char *n = getenv("STUB_NVML_GPUS"); return n ? (unsigned) atoi(n) : 0; }
+#include <unistd.h>
+static unsigned int gpus(void) {
+    const char *n = getenv("STUB_NVML_GPUS"); return n ? (unsigned) strtoul(n, 0, 10) : 0;
+}
 int nvmlInit_v2(void) { return getenv("STUB_NVML_BROKEN") ? 1 : 0; }
 int nvmlDeviceGetCount_v2(unsigned int *count) { *count = gpus(); return 0; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **handle) {
@@ -39,6 +43,8 @@ int nvmlDeviceGetName(void *handle, char *name, unsigned int length) {
 }
 typedef struct { unsigned long long total, free, used; } memory_t;
 int nvmlDeviceGetMemoryInfo(void *handle, memory_t *memory) {
+    if (getenv("STUB_NVML_CRASH")) { volatile int *nowhere = 0; *nowhere = 1; }
+    if (getenv("STUB_NVML_HANG")) sleep(600);
     memory->total = 81559ULL << 20; memory->free = memory->total; memory->used = 0; return 0;
 }
 int nvmlDeviceGetCudaComputeCapability(void *handle, int *major, int *minor) {
@@ -203,11 +209,11 @@ def test_a_driver_that_reports_no_cuda_version_is_said_to(nvml, tmp_path, report
     assert "CUDA 0.0" not in result.stdout and "CUDA -" not in result.stdout
 
 
-def probed(env) -> dict:
+def probed(env, timeout: float = 60) -> dict:
     done = subprocess.run([sys.executable, "-c", "import json, sys; from opentc_launcher.host import probe_host; "
-                                                 "h = probe_host(); print(json.dumps([h.record(), h.describe(), "
-                                                 "'torch' in sys.modules]))"],
-                          env=env, capture_output=True, text=True, timeout=60, check=True)
+                                                 f"h = probe_host(timeout={timeout}); print(json.dumps([h.record(), "
+                                                 "h.describe(), 'torch' in sys.modules]))"],
+                          env=env, capture_output=True, text=True, timeout=120, check=True)
     record, line, torch_imported = json.loads(done.stdout)
     assert not torch_imported                 # probing never imports torch
     return {**record, "line": line}
@@ -230,6 +236,40 @@ def test_the_host_record_is_what_the_driver_says_of_the_gpus_this_process_sees(n
     assert "1 x GPU (name unknown) (81559 MiB)" in unnamed["line"]
     none = probed(driver_env(nvml, 0, STUB_NVML_BROKEN="1"))
     assert (none["gpus"], none["gpu_name"], none["bf16"]) == (0, None, None) and "no GPU" in none["line"]
+
+
+def test_a_driver_library_that_crashes_or_hangs_describing_the_gpu_leaves_it_unknown(nvml):
+    """Issue 51 (5): NVML is asked in a short-lived child, so a crash inside the driver's library (SIGSEGV in
+    nvmlDeviceGetMemoryInfo) or a call that never returns leaves the GPU's figures unknown, with the reason, and
+    keeps what the driver said before it; a count no host has is not believed."""
+    crashed = probed(driver_env(nvml, 2, STUB_GPU_NAME="NVIDIA H100 80GB HBM3", STUB_NVML_CRASH="1"))
+    assert (crashed["gpus"], crashed["gpu_name"], crashed["gpu_memory_mib"], crashed["driver"]) == (
+        2, None, None, "580.65.06")
+    assert "2 x GPU (name unknown) (unknown: the driver's library crashed describing the GPU (SIGSEGV))" in \
+        crashed["line"], crashed["line"]
+    hung = probed(driver_env(nvml, 1, STUB_NVML_HANG="1"), timeout=2)
+    assert (hung["gpus"], hung["gpu_memory_mib"]) == (1, None)
+    assert "(unknown: the driver's library did not answer within 2 s describing the GPU)" in hung["line"]
+    implausible = probed(driver_env(nvml, 2**31, CUDA_VISIBLE_DEVICES="GPU-0001"))
+    assert implausible["gpus"] == 0
+    assert ("no GPU (unknown: the driver reported 2147483648 GPUs, more than any host has (at most 256 are "
+            "believed))") in implausible["line"], implausible["line"]
+
+
+def test_a_dry_run_on_a_driver_that_crashes_describes_the_machine_and_plans(nvml, make_job):
+    """The dry run (and the job, which reads the machine the same way, job.read_job) went down with the driver's
+    library, with no word."""
+    from test_dry_run import dry_run
+
+    job = make_job(script="argv_echo.py", sagemaker_training_compiler_enabled=False)
+    env = driver_env(nvml, 1, STUB_NVML_CRASH="1")
+    done = dry_run(job, LD_LIBRARY_PATH=env["LD_LIBRARY_PATH"], STUB_NVML_GPUS="1", STUB_NVML_CRASH="1",
+                   PATH=f"{nvml}:{env['PATH']}")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "1 x GPU (name unknown) (unknown: the driver's library crashed describing the GPU (SIGSEGV))" in \
+        done.stdout, done.stdout
+    assert "the GPUs: unknown: the driver's library crashed describing the GPU (SIGSEGV); the job goes on with 1 " \
+           "GPU(s) counted" in done.stderr, done.stderr[-3000:]
 
 
 SPARSE_STUB = r"""

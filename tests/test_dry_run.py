@@ -103,10 +103,12 @@ def test_bad_input_is_refused_as_the_job_would_be_on_stderr_without_a_failure_fi
 
 def test_a_requirement_that_would_move_torch_is_refused_before_paying(make_job):
     job = make_job(script="argv_echo.py")
-    (job.root / "code" / "requirements.txt").write_text("torch==1.13.1\n")
+    (job.root / "code" / "requirements.txt").write_text("-c pins.txt\n")
+    (job.root / "code" / "pins.txt").write_text("torch==1.13.1\t# the old one\n")
     done = dry_run(job)
     assert done.returncode == 2, done.stdout
-    assert "requirements.txt asks for 'torch==1.13.1' (this image pins torch==" in done.stderr, done.stderr[-3000:]
+    assert ("requirements.txt asks for 'torch==1.13.1' (pins.txt line 1 (from requirements.txt line 1); this image "
+            "pins torch==") in done.stderr, done.stderr[-3000:]
     assert json.loads((job.config / "hyperparameters.json").read_text())   # the job is as it was
 
 
@@ -127,6 +129,15 @@ def test_the_ledger_is_listed_for_the_versions_a_requirements_txt_would_install(
             "images' own version, tested)") in listed, listed
     assert any(line.startswith("  observer host-reads-counted (torch.Tensor.item, ") and line.endswith(
         "(stays with the patches off)") for line in listed), listed
+
+
+def test_a_requirements_file_that_is_not_utf8_is_refused_as_the_job_refuses_it(make_job):
+    job = make_job(script="argv_echo.py")
+    (job.root / "code" / "requirements.txt").write_bytes(b"six  # caf\xe9\n")
+    done = dry_run(job)
+    assert done.returncode == 2, done.stdout
+    assert "requirements.txt in the code folder is not UTF-8 (pip reads it as UTF-8" in done.stderr
+    assert "byte 0xe9 at offset 10 (line 1)" in done.stderr and "Traceback" not in done.stderr
 
 
 # --- issue 40 C: the dry run refuses what the job refuses, and names the folder the job runs from ---

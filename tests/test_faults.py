@@ -138,13 +138,17 @@ def test_a_full_disk_never_leaves_an_empty_failure_file_and_keeps_the_exit_code(
 
 
 def test_a_stop_while_requirements_install_is_honoured(make_job, tmp_path):
+    """Issue 51 (9): pip's temporary folders (pip-build-tracker-*, pip-install-*), which a stopped pip leaves behind,
+    are in the job's scratch folder and go with it."""
     job = plain_job(make_job, "argv_echo.py")
     index = SilentServer()   # a package index behind a dead proxy
     (job.root / "code" / "requirements.txt").write_text(
         f"--index-url http://127.0.0.1:{index.port}/simple\nopentc-never-published-package==1.0\n")
     log = tmp_path / "train.log"
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     proc = start_train(job, log, PIP_FIND_LINKS="", PIP_EXTRA_INDEX_URL="", PIP_CONFIG_FILE=os.devnull,
-                       OPENTC_TERMINATION_GRACE="20")
+                       OPENTC_TERMINATION_GRACE="20", TMPDIR=str(temporary))
     try:
         assert index.connected.wait(120), log.read_text()[-3000:]   # pip is waiting for the index
         sent = time.monotonic()
@@ -159,6 +163,7 @@ def test_a_stop_while_requirements_install_is_honoured(make_job, tmp_path):
     assert job.failure.startswith("Training stopped: SIGTERM received while requirements.txt was being installed")
     assert "pip was given 20 s to finish and pip ended within the grace period" in job.failure
     assert not (job.model / "argv.json").exists()
+    assert not list(temporary.iterdir()), list(temporary.iterdir())
 
 
 def test_pips_own_reason_is_in_the_failure_reason(make_job):

@@ -79,6 +79,16 @@ def test_the_dry_run_shows_the_budget_and_every_step_in_order(packed):
         assert none.returncode == 2 and f"--gpus {count}: the machine's GPU count, 1 or more" in none.stdout
 
 
+def test_a_budget_or_gpu_count_no_machine_has_is_refused():
+    """Issue 51: --budget 99999999999999999999 was accepted and planned against."""
+    for args, said in ((("--budget", "99999999999999999999"), "--budget 99999999999999999999: seconds, 1 or more, "
+                                                               "at most 86400 (a day)"),
+                       (("--budget", "0"), "--budget 0: seconds, 1 or more"),
+                       (("--gpus", str(2**31)), f"--gpus {2**31}: the machine's GPU count, 1 or more")):
+        done = kit("plan", *args)
+        assert done.returncode == 2 and said in done.stdout, done.stdout
+
+
 def test_the_install_step_works_offline_from_the_kit_alone(packed, tmp_path):
     base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     venv = tmp_path / "venv"

@@ -218,6 +218,31 @@ def test_collation_through_numpy_gives_transformers_batches_or_leaves_them_to_it
         assert fast_collation(other) is None, other
 
 
+def test_a_batch_is_copied_to_a_gpu_without_waiting_and_elsewhere_as_asked():
+    """accelerate's send_to_device, patched: non_blocking for a GPU whatever accelerate asked, as asked elsewhere. No
+    GPU here: accelerate's own function is stood in for by one that records its arguments, on a module like its."""
+    import types
+
+    from opentc_launcher.sync_free_step import _copies_without_waiting
+
+    calls = []
+
+    def send_to_device(tensor, device, non_blocking=False, skip_keys=None):
+        calls.append((device, non_blocking, skip_keys))
+        return tensor
+
+    class DataLoaderShard:   # the line the patch checks for, as accelerate's DataLoaderShard.__iter__ has it
+        def __iter__(self):
+            yield send_to_device(current_batch, self.device, non_blocking=self._non_blocking)  # noqa: F821
+
+    module = types.SimpleNamespace(send_to_device=send_to_device, DataLoaderShard=DataLoaderShard)
+    _copies_without_waiting(module)
+    for device, asked in (("cuda:0", False), ("cuda", True), ("cpu", False), ("cpu:0", True), ("xla:0", False)):
+        module.send_to_device({"input_ids": 1}, device, non_blocking=asked, skip_keys=["x"])
+    assert calls == [("cuda:0", True, ["x"]), ("cuda", True, ["x"]), ("cpu", False, ["x"]), ("cpu:0", True, ["x"]),
+                     ("xla:0", False, ["x"])]
+
+
 # --- the promise, through `train` -------------------------------------------------------------------------------------
 
 STEPS, LOGGING_STEPS = 9, 3

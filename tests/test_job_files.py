@@ -116,12 +116,37 @@ def test_a_job_whose_entry_script_is_a_fifo_is_refused_not_hung(make_job):
     assert "training script 'train.py' in" in job.failure and "is not a regular file" in job.failure, job.failure
 
 
+def test_a_training_script_the_job_cannot_read_is_refused_before_the_launch(tmp_path, monkeypatch):
+    """Issue 51 (4): a train.py only another user can read passed the dry run and ended the job in the worker. The
+    job and the dry run both plan through entry_point_path. Root reads any file, so the error the open meets is made
+    here."""
+    import types
+
+    from opentc_toolkit import source
+    from opentc_toolkit.source import entry_point_path
+
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    job = types.SimpleNamespace(entry_point="train.py")
+    assert entry_point_path(job, str(tmp_path)) == str(tmp_path / "train.py")
+    real_open = os.open
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith("train.py"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(source.os, "open", refused)
+    assert refusal(lambda: entry_point_path(job, str(tmp_path))) == (
+        f"training script 'train.py' in {tmp_path} cannot be opened (PermissionError: Permission denied): it must be "
+        f"a file the job's user (uid {os.getuid()}) can read.")
+
+
 # --- issue 40 D: requirements.txt that cannot be read is a named refusal, in the dry run and the job ---
 
 def requirements_refusal(path, name="requirements.txt") -> str:
-    from opentc_toolkit.source import check_requirements
+    from opentc_toolkit.requirements_install import check_requirements
 
-    return refusal(lambda: check_requirements(str(path), name, {}))
+    return refusal(lambda: check_requirements(str(path), name, {}, {}))
 
 
 def test_requirements_that_cannot_be_read_are_named_with_what_is_accepted(tmp_path, monkeypatch):

@@ -103,6 +103,21 @@ def test_a_trainer_jobs_throughput_comes_from_its_batches_and_its_own_log(make_j
     assert summary["optimizer_steps"] == STEPS
 
 
+def test_a_script_that_trains_in_a_child_after_a_step_of_its_own_has_its_steps_unknown(make_job):
+    """Issue 51 (7): one optimizer step in the script's own process (a check before it launches its own training) hid
+    the 300 and more its child ran: "1 worker(s); 1 optimizer steps". The child used more CPU than the worker, and its
+    loss lines came after the worker's last step: where the work ran decides, not a count of zero."""
+    job = make_job(script="self_launching.py", sagemaker_training_compiler_enabled=False)
+    result = run_train(job)
+    assert result.returncode == exit_codes.OK, result.output[-4000:]
+    summary = summary_of(job)
+    assert summary["workers"] is None and summary["optimizer_steps"] is None, summary
+    assert summary["findings"][0].startswith("the script started processes of its own that did the work ("), summary
+    assert "while the launcher's worker counted 1 optimizer step(s) of its own" in summary["findings"][0], summary
+    assert len(summary["loss"]["points"]) > 300                     # what they printed is kept
+    assert "workers unknown; optimizer steps unknown" in result.output
+
+
 def test_a_failed_job_still_has_a_summary_of_what_was_known(make_job):
     job = make_job(script="crash.py", sagemaker_training_compiler_enabled=False)
     result = run_train(job)

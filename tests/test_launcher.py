@@ -157,9 +157,12 @@ def test_missing_script_is_named(tmp_path):
                                                          "host, more than any host can run"),
     (["--standalone", "--nproc-per-node", "1", "--compile-cache-dir", "cache", "--compile-cache-work-dir", "./cache"],
      {}, "--compile-cache-work-dir './cache' is not accepted: it is --compile-cache-dir itself"),
+    (["--standalone", "--nproc-per-node", "1", "--debug-mode", "true", "--debug-dir", "/dev/null/debug"], {},
+     "--debug-dir /dev/null/debug cannot be used: NotADirectoryError: Not a directory. Name a folder the workers can "
+     "create and write in"),
 ], ids=["nproc-0", "master-port-variable", "master-port-option", "node-rank", "nproc-superscript",
         "nnodes-superscript", "node-rank-variable-superscript", "node-rank-variable-5000-digits", "nproc-100000",
-        "cache-work-dir-is-the-cache"])
+        "cache-work-dir-is-the-cache", "debug-dir-under-a-file"])
 def test_a_bad_launch_value_is_exit_2_naming_it_not_a_rendezvous_failure(tmp_path, options, env, expected):
     result = run([BIN / "opentc-run", *options, "--backend", "eager", "--failure-report", tmp_path / "failure.json",
                   SCRIPTS / "report_env.py"], tmp_path, timeout=60, **env)
@@ -283,6 +286,35 @@ def test_a_report_that_cannot_be_made_never_fails_a_script_that_succeeded(tmp_pa
 
 
 @pytest.mark.slow
+def test_every_folder_an_option_names_is_made_before_the_workers_start(tmp_path):
+    """Issue 51 (10): a --debug-dir that did not exist ended the worker in torch's import (FileNotFoundError:
+    .../torch_logs.txt, exit 1); the folders the options name are made first (or refused, naming the option)."""
+    from opentc_launcher.option_folders import folder_problem, named_folders
+    from opentc_launcher.options import WorkerOptions
+
+    folders = {"debug_dir": tmp_path / "d" / "debug", "compile_report_dir": tmp_path / "r" / "report",
+               "summary_dir": tmp_path / "s" / "summary"}
+    options = WorkerOptions(debug_mode=True, **{k: str(v) for k, v in folders.items()})
+    assert named_folders(options) == {"--debug-dir": str(folders["debug_dir"]),
+                                      "--compile-report-dir": str(folders["compile_report_dir"]),
+                                      "--summary-dir": str(folders["summary_dir"])}
+    assert folder_problem(options) is None and all(folder.is_dir() for folder in folders.values())
+    assert "--debug-dir" not in named_folders(WorkerOptions(debug_dir=str(tmp_path / "off")))   # debug mode off
+    (tmp_path / "a-file").write_text("")
+    assert folder_problem(WorkerOptions(summary_dir=str(tmp_path / "a-file" / "summary"))).startswith(
+        f"--summary-dir {tmp_path / 'a-file' / 'summary'} cannot be used: NotADirectoryError")
+
+
+@pytest.mark.slow
+@pytest.mark.inductor
+def test_opentc_run_with_a_new_debug_dir_makes_it(tmp_path):
+    debug = tmp_path / "new" / "debug"
+    result = run([BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--backend", "inductor", "--device",
+                  "cpu", "--debug-mode", "true", "--debug-dir", debug, SCRIPTS / "imports_at_start.py"], tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert (debug / "torch_logs.txt").exists(), sorted(p.name for p in debug.iterdir())
+
+
 def test_opentc_run_alone_has_debug_mode_and_gives_its_worker_the_environment_train_would(tmp_path):
     """Issue 41: debug mode is a worker option, so opentc-run alone has it; the worker sets the backend's
     environment that no launcher above set (the same function train's plan calls), before torch_xla imports."""

@@ -53,6 +53,39 @@ def test_a_model_without_a_transformer_config_has_no_shape():
     assert shape_of(torch.nn.Linear(4, 4).named_parameters(), None) is None
 
 
+def test_tokens_are_counted_only_where_a_batch_holds_token_ids():
+    """Issue 51 (6): a DataLoader of uint8 images (B, 3, H, W) counted 3 tokens an image, and an MFU was built from
+    them. Tokens are a 2-D int64 or int32 batch (alone, or first in a tuple) or a mapping's input_ids; anything else
+    counts samples only, so its rate has no tokens and no MFU."""
+    import time
+
+    import torch
+
+    from opentc_launcher.measurements import BatchWatch
+
+    ids = torch.zeros(4, 16, dtype=torch.int64)
+
+    class Encoding:   # a transformers BatchEncoding: a mapping that is no dict, its ids an attribute
+        def __init__(self, input_ids):
+            self.input_ids = input_ids
+
+    cases = [(ids, 64), (ids.int(), 64), ((ids, torch.zeros(4)), 64), ({"input_ids": ids, "labels": ids}, 64),
+             (Encoding(ids), 64), (torch.zeros(4, 3, 8, 8, dtype=torch.uint8), 0),
+             ([torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.zeros(4, dtype=torch.int64)], 0),
+             ({"pixel_values": torch.zeros(4, 3, 8, 8), "labels": torch.zeros(4, dtype=torch.int64)}, 0),
+             ({"labels": ids}, 0), (torch.zeros(4, 16), 0), (torch.zeros(4, 16, 2, dtype=torch.int64), 0),
+             (torch.zeros(4, 16, dtype=torch.uint8), 0), (torch.zeros(4, 16, dtype=torch.bool), 0)]
+    for batch, tokens in cases:
+        watch = BatchWatch()
+        start = time.monotonic()
+        watch.seen(batch)
+        assert (watch.samples[-1], watch.tokens[-1]) == (4, tokens), batch
+        rates = watch.rates(start - 1, time.monotonic() + 1)
+        assert (rates["tokens_per_second"] is None) is (tokens == 0), batch
+    why = job_utilisation(GPT2_SMALL, "cuda", H100, None, 100.0, 1)["why_not"]
+    assert why.startswith("no tokens/s measured from the batches"), why
+
+
 @pytest.mark.parametrize(("gpu", "dtype", "tflops"), [
     (H100, "bf16", 989.0), ("NVIDIA H100 PCIe", "bf16", 756.0), ("NVIDIA H100 NVL", "bf16", 835.0),
     ("NVIDIA H200", "bf16", 989.0), ("NVIDIA H200 NVL", "bf16", 835.0), ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),

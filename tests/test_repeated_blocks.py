@@ -113,6 +113,11 @@ def test_a_plain_scripts_torch_compile_of_a_t5_says_how_many_kinds_it_compiled()
     plain = tiny_t5(3)
     other.compile(plain)
     assert without_head[0].endswith("and 0 other part(s); 8 single layer(s) left eager") and not compiled(plain)
+    hooked = tiny_t5(3)                      # FSDP's fully_shard, accelerate's dispatch: code a region would trace
+    hooked.encoder.register_forward_pre_hook(lambda module, args: None)
+    stand_in.compile(hooked)
+    assert notes[-1].endswith("8 single layer(s) left eager (the head too: a hook replaces or wraps its forward or "
+                              "its blocks' part's)") and not compiled(hooked), notes[-1]
 
 
 def test_t5s_kinds_recompiling_the_block_are_not_taken_for_a_per_layer_value():

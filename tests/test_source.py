@@ -21,24 +21,28 @@ from opentc_toolkit.source import fetch_failure
 DEP = "opentc_testdep"
 
 
-def make_wheel(folder):
-    """A real (tiny) wheel, written by hand so that no build backend or network is needed."""
+def make_wheel(folder, name=DEP, version="1.0", init="GREETING = 'installed from requirements.txt'\n",
+               requires=()):
+    """A real (tiny) wheel, written by hand so that no build backend or network is needed: the package `name`
+    (its module the name with underscores) whose __init__.py is `init`, needing `requires`."""
+    module = name.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
     files = {
-        f"{DEP}/__init__.py": b"GREETING = 'installed from requirements.txt'\n",
-        f"{DEP}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {DEP}\nVersion: 1.0\n".encode(),
-        f"{DEP}-1.0.dist-info/WHEEL":
-            b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{module}/__init__.py": init.encode(),
+        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                             + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = ""
-    for name, data in files.items():
+    for path, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record += f"{name},sha256={digest},{len(data)}\n"
-    record += f"{DEP}-1.0.dist-info/RECORD,,\n"
-    files[f"{DEP}-1.0.dist-info/RECORD"] = record.encode()
-    path = folder / f"{DEP}-1.0-py3-none-any.whl"
+        record += f"{path},sha256={digest},{len(data)}\n"
+    record += f"{info}/RECORD,,\n"
+    files[f"{info}/RECORD"] = record.encode()
+    path = folder / f"{module}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as whl:
-        for name, data in files.items():
-            whl.writestr(name, data)
+        for member, data in files.items():
+            whl.writestr(member, data)
     return path
 
 

@@ -3,12 +3,16 @@ compile_report.late_compilation_finding; toolkit job_summary.self_launched): war
 compiled left out and said, unless compiling is the job's steady state; and a script that trained in processes of its
 own leaves its steps unknown. The real jobs are in test_job_summary.py and test_aws_examples.py."""
 
+from unittest import mock
+
 import pytest
 
 from opentc_launcher.compile_report import late_compilation_finding
 from opentc_launcher.measurements import step_statistics
 from opentc_launcher.steps import StepCounter
+from opentc_toolkit import loss_lines
 from opentc_toolkit.job_summary import SELF_LAUNCHED_CPU_SECONDS, self_launched
+from opentc_toolkit.loss_lines import LossLines
 
 
 def counter(durations):
@@ -57,15 +61,31 @@ def test_when_most_steps_compile_that_is_the_steady_state_and_stays_in():
     assert stats["compiling_left_out"] == 0 and stats["measured_steps"] == 12
 
 
-@pytest.mark.parametrize(("record", "unseen"), [
-    ({"optimizer_steps": 0, "children_cpu_seconds": 40.0}, True),    # a launcher's workers trained
-    ({"optimizer_steps": 12, "children_cpu_seconds": 40.0}, False),  # the worker trained: a data tool beside it
-    ({"optimizer_steps": 0, "children_cpu_seconds": SELF_LAUNCHED_CPU_SECONDS - 0.5}, False),
-    ({"optimizer_steps": 0}, False),                                 # a summary of a worker from before
-    (None, False),
+LAST_STEP = 1000.0   # time.time() of the worker's last step
+STEPPED = {"optimizer_steps": 1, "children_cpu_seconds": 40.0, "cpu_seconds": 6.0, "last_step_at": LAST_STEP}
+
+
+@pytest.mark.parametrize(("record", "later_lines", "unseen"), [
+    ({"optimizer_steps": 0, "children_cpu_seconds": 40.0}, [], True),    # a launcher's workers trained
+    ({"optimizer_steps": 12, "children_cpu_seconds": 40.0}, [], False),  # the worker trained: a data tool beside it
+    ({"optimizer_steps": 0, "children_cpu_seconds": SELF_LAUNCHED_CPU_SECONDS - 0.5}, [], False),
+    ({"optimizer_steps": 0}, [], False),                                 # a summary of a worker from before
+    (None, [], False),
+    # issue 51 (7): a step of its own, then its children trained: more CPU than the worker, and losses after it
+    (STEPPED, [LAST_STEP + 0.2, LAST_STEP + 5, LAST_STEP + 9], True),
+    (STEPPED, [LAST_STEP + 0.2, LAST_STEP + 5], False),                 # its last step's line, and one more
+    ({**STEPPED, "cpu_seconds": 50.0}, [LAST_STEP + 5, LAST_STEP + 9], False),   # DataLoader workers beside it
+    ({**STEPPED, "optimizer_steps": 300}, [LAST_STEP - 9, LAST_STEP - 5], False),  # it trained: lines before its end
+    ({k: v for k, v in STEPPED.items() if k != "cpu_seconds"}, [LAST_STEP + 5, LAST_STEP + 9], False),  # older
 ])
-def test_a_worker_that_counted_no_step_while_its_children_worked_leaves_the_steps_unknown(record, unseen):
-    why = self_launched(record)
+def test_where_the_work_ran_decides_whether_the_workers_steps_are_the_jobs(record, later_lines, unseen):
+    lines = LossLines()
+    for moment in later_lines:
+        with mock.patch.object(loss_lines.time, "time", return_value=moment):
+            lines.feed("step 3 loss 1.0")
+    why = self_launched(record, lines.arrived_after)
     assert (why is not None) is unseen
     if unseen:
-        assert why.startswith("the script started processes of its own that did the work (40 CPU-seconds")
+        assert why.startswith("the script started processes of its own that did the work (40 CPU-seconds"), why
+        assert ("1 optimizer step(s) of its own and used 6 CPU-seconds, and 2 loss lines came after its last step"
+                in why) is bool(record["optimizer_steps"]), why

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, pid_alive
 
 DEV_SCRIPTS = sorted(p.name for p in (REPO / "dev").iterdir() if p.is_file() and os.access(p, os.X_OK))
 
@@ -33,7 +33,7 @@ def test_pre_commit_runs_what_dev_test_runs():
 
 def test_the_fast_subset_runs_the_same_checks_and_selects_known_markers():
     for script in ("test", "test-fast"):
-        assert re.search(r"^lint$", (REPO / "dev" / script).read_text(), re.M), script
+        assert re.search(r"^(part )?lint$", (REPO / "dev" / script).read_text(), re.M), script
     config = configparser.ConfigParser()
     config.read(REPO / "pytest.ini")
     known = {line.split(":")[0].strip() for line in config["pytest"]["markers"].splitlines() if line.strip()}
@@ -67,6 +67,67 @@ def test_run_sample_refuses_a_name_that_is_not_one_plain_folder_before_removing_
     assert (repo / "sample" / "keep").exists() and (repo / ".work" / "kept-run").exists()
     assert (tmp_path / "beside" / "keep").exists() and sorted(p.name for p in (repo / ".work").iterdir()) == [
         "kept-run"]
+
+
+def dev_test_copy(tmp_path, python: str, ruff_exit: int = 0) -> Path:
+    """dev/test in a copy of the repository whose setup, lint and pytest are stand-ins: `python` is the venv's
+    Python (pytest's stand-in), ruff exits with `ruff_exit`."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    (repo / "dev").mkdir(parents=True)
+    for script in ("test", "lib.sh"):
+        shutil.copy(REPO / "dev" / script, repo / "dev" / script)
+    tools = {"dev/setup": "exit 0", ".venv/bin/ruff": f"exit {ruff_exit}", ".venv/bin/mypy": "exit 0",
+             ".venv/bin/python": python}
+    for name, body in tools.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(f"#!/bin/sh\n{body}\n")
+        (repo / name).chmod(0o755)
+    return repo
+
+
+TIME_LINE = re.compile(r"^dev/test: \d+ s in all: setup and lint \d+ s(, the tests \d+ s)?, ended there "
+                       r"\(exit code (\d+)\)$")
+
+
+def test_dev_test_ends_with_its_time_line_when_lint_fails(tmp_path):
+    """Issue 51 (8): the last line CI's log shows, each part's seconds, was missing when lint failed."""
+    repo = dev_test_copy(tmp_path, "exit 0", ruff_exit=1)
+    done = subprocess.run([str(repo / "dev" / "test")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "OPENTC_CONTAINER_TESTS": "skip"})
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    last = done.stderr.strip().splitlines()[-1]
+    assert (found := TIME_LINE.match(last)) and found[1] is None and found[2] == "1", done.stderr
+
+
+def test_a_stop_reaches_dev_tests_pytest_at_once_and_still_ends_with_the_time_line(tmp_path):
+    """Issue 51 (8): a SIGTERM waited for pytest to end (114-288 s) before dev/test acted on it."""
+    import signal
+    import time
+
+    pid_file = tmp_path / "pytest.pid"
+    repo = dev_test_copy(tmp_path, f'echo $$ > "{pid_file}"\nexec sleep 300')
+    proc = subprocess.Popen([str(repo / "dev" / "test")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OPENTC_CONTAINER_TESTS": "skip"})
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pytest_pid = int(pid_file.read_text())
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        waited = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143 and waited < 10, (proc.returncode, waited, err)
+    assert (found := TIME_LINE.match(err.strip().splitlines()[-1])) and found[1] and found[2] == "143", err
+    deadline = time.monotonic() + 5
+    while pid_alive(pytest_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(pytest_pid)   # pytest's stand-in got the stop too
 
 
 def test_there_are_dev_scripts_to_check():

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 NVML_LIBRARY = "libnvidia-ml.so.1"   # mounted with the driver (the NVIDIA container runtime, SageMaker)
 _UUID_BYTES = 96
+# No host has more GPUs than this (8 and 16 are the most an instance has): a driver that reports more is not believed,
+# and its count is none (a loop over 2^31 devices would never end).
+MAX_GPUS = 256
 
 
 def _nvml() -> ctypes.CDLL | None:
@@ -39,9 +42,21 @@ def _answers(nvml: ctypes.CDLL, function: str, *args: object) -> bool:
         return False
 
 
-def _device_count(nvml: ctypes.CDLL) -> int:
+def _reported_count(nvml: ctypes.CDLL) -> int | None:
     count = ctypes.c_uint(0)
-    return count.value if _answers(nvml, "nvmlDeviceGetCount_v2", ctypes.byref(count)) else 0
+    return count.value if _answers(nvml, "nvmlDeviceGetCount_v2", ctypes.byref(count)) else None
+
+
+def _device_count(nvml: ctypes.CDLL) -> int:
+    count = _reported_count(nvml) or 0
+    return count if count <= MAX_GPUS else 0
+
+
+def implausible_count() -> int | None:
+    """The GPU count the driver reports when it is more than any host has (MAX_GPUS), else None."""
+    nvml = _nvml()
+    count = _reported_count(nvml) if nvml is not None else None
+    return count if count is not None and count > MAX_GPUS else None
 
 
 def _uuids(nvml: ctypes.CDLL) -> list[str]:

@@ -129,9 +129,11 @@ class HostReads:
 
         def read(value: Any, *args: Any, **kwargs: Any) -> Any:
             kind = type(value)
-            if (kind is not tensor and kind is not parameter) or getattr(local, "inside", False):
+            if kind is not tensor and kind is not parameter:
                 return original(value, *args, **kwargs)
-            if value.device.type != self.device_type:
+            device = self.device_type   # is_cuda and is_cpu: cheaper than building a torch.device
+            if (not (value.is_cuda if device == "cuda" else value.is_cpu if device == "cpu"
+                     else value.device.type == device)) or getattr(local, "inside", False):
                 return original(value, *args, **kwargs)
             local.inside = True
             try:

@@ -3,8 +3,10 @@
 - Optimizer steps (the shared StepCounter): when the first ended, and the time between steps once warm
   (median and 90th percentile, the first `warmup` steps left out: compilation happens there).
 - Throughput from the batches torch's DataLoaders hand out: each batch's shape gives its samples (the first
-  dimension of its first tensor, `input_ids` in a dict) and its tokens (samples x the second dimension, for a
-  tensor of integer ids). Counted in the steady window (after warm-up), so compilation is not in the rate.
+  dimension of its first tensor, `input_ids` in a dict) and, only where they are token ids, its tokens (samples x
+  the second dimension: a 2-D tensor of int64 or int32, alone, first in a tuple or list, or a mapping's
+  `input_ids`). Anything else (uint8 images, a mapping of other names, 3-D ids) counts samples only, and no MFU is
+  built from it. Counted in the steady window (after warm-up), so compilation is not in the rate.
   Scripts that do not use a DataLoader have no throughput here (the Trainer's own figure may still be known).
 - Peak memory: the backend's (CUDA's allocator, XLA's runtime on a GPU), else the process's peak resident memory.
 
@@ -56,7 +58,7 @@ class BatchWatch:
         if tensor is None or tensor.dim() == 0 or len(self.times) >= MAX_BATCHES:
             return
         samples = int(tensor.shape[0])
-        ids = tensor.dim() >= 2 and not tensor.is_floating_point() and not tensor.is_complex()
+        ids = _token_ids(tensor, batch)
         with self._lock:
             self.times.append(time.monotonic())
             self.samples.append(samples)
@@ -94,6 +96,17 @@ def _first_tensor(batch: Any) -> Any:
     return next((v for v in values if isinstance(v, torch.Tensor)), None)
 
 
+def _token_ids(tensor: Any, batch: Any) -> bool:
+    """Whether the batch's measured tensor holds token ids: (samples, sequence) of int64 or int32, and where the batch
+    is a mapping, its `input_ids` (a mapping of pixel values or labels alone has none)."""
+    torch = sys.modules["torch"]
+    if tensor.dim() != 2 or tensor.dtype not in (torch.int64, torch.int32):
+        return False
+    if isinstance(batch, dict):
+        return "input_ids" in batch
+    return isinstance(batch, (torch.Tensor, list, tuple)) or getattr(batch, "input_ids", None) is tensor
+
+
 def _hook_dataloaders(_torch: ModuleType) -> None:
     from torch.utils.data import dataloader
 
@@ -120,6 +133,12 @@ BATCHES_COUNTED = LibraryChange(
 def host_peak_memory_mb() -> float:
     """This process's peak resident memory (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds this process has used (user and system), its threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def children_usage() -> tuple[float, float]:

@@ -129,6 +129,14 @@ class WorkerOptions:
                           "compiler off: the job summary's step times and throughput leave them out, and a graph "
                           "compiled after them is reported as a recompilation. Raise it for a job that compiles for "
                           "longer (an evaluation, new shapes); give the jobs you compare the same value"))
+    compile_progress_seconds: int = _option(
+        30, kind=WHOLE, metavar="S",
+        help="while a worker compiles for longer than S seconds, a line every S seconds says what it compiles and for "
+             "how long (0: never; the default 'progress' off too)",
+        setting=AsSetting("while a worker compiles for longer than this many seconds, a line every this many seconds "
+                          "says which rank, what it compiles and for how long, so that a long compile does not look "
+                          "like a hang; `0` never (as leaving the default `progress` off)",
+                          "every 30 s"))
     library_patches: bool = _option(
         True, kind=FLAG, metavar="true|false",
         help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads every step, "
@@ -163,11 +171,12 @@ class WorkerOptions:
         "", kind=NAMES, metavar="NAMES",
         help="leave these compile-time defaults of the backend off: comma-separated names ({declared}), or "
              f"{ALL_DEFAULTS}",
-        setting=AsSetting('Inductor only: the compile-time defaults to leave off, by '
-                          'name, comma-separated (`"regional,vec_isa"`), or `"all"`: {defaults} ([what each does '
-                          'and saves](compile-time.md)). A name no backend has stops the job, whatever the compiler '
-                          'and with the compiler off (exit code 2, naming those accepted); on XLA or with the '
-                          'compiler off the names leave nothing off (logged)', "every default on"))
+        setting=AsSetting('the compile-time defaults to leave off, by name, comma-separated '
+                          '(`"regional,vec_isa"`), or `"all"`: {defaults} ([what each does and saves]'
+                          '(compile-time.md)); all are Inductor\'s, and `progress` is XLA\'s too. A name no backend '
+                          'has stops the job, whatever the compiler and with the compiler off (exit code 2, naming '
+                          'those accepted); a name the running backend lacks (any but `progress` on XLA, any with '
+                          'the compiler off) leaves nothing off (logged)', "every default on"))
 
     def debug_folder(self) -> str:
         """Where debug mode's artefacts go: --debug-dir, else ./opentc-debug in the working folder."""

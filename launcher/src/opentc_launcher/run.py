@@ -39,6 +39,7 @@ from .launch_checks import (
 )
 from .launch_context import LaunchContext
 from .library_changes import listing as library_changes_listing
+from .option_folders import folder_problem
 from .options import WorkerOptions, add_worker_arguments
 from .process import configure_logging
 from .published_cache import WorkingCopy
@@ -209,6 +210,9 @@ def configure(argv: list[str] | None = None) -> RunConfig:
         options = decided_once(requested, LaunchContext(host, world_size, os.environ))
     except LaunchRefused as e:
         _fail(args, exit_codes.BAD_INPUT, str(e))
+    unusable = None if args.dry_run else folder_problem(options)   # a dry run makes no folder
+    if unusable:
+        _fail(args, exit_codes.BAD_INPUT, unusable)
     # Made once the launch is decided, so that a refused launch (or a dry run) leaves no folder behind.
     owns_log_dir = not args.log_dir and not args.dry_run
     args.log_dir = args.log_dir or ("" if args.dry_run else tempfile.mkdtemp(prefix="opentc-run-"))

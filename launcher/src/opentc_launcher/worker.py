@@ -25,6 +25,7 @@ from .failure_records import missing_library, record_error, summarize_exception
 from .identity import WorkerIdentity
 from .launch_context import LaunchContext
 from .library_changes import patches_off_line
+from .option_folders import folder_problem
 from .options import WorkerOptions, add_worker_arguments
 from .process import (
     StoppedWithExitCode,
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
         # its own (torchrun, by hand), this worker is the outermost launcher: it probes the host and decides.
         context = LaunchContext(host_for(options, os.environ), identity.world_size, os.environ)
         options = decided_once(options, context)
+        unusable = folder_problem(options)
+        if unusable:
+            refuse(unusable)
         warning = unsynchronized_warning(options, identity.world_size)
         if warning:
             log.warning("rank %d: %s", identity.rank, warning)

@@ -80,6 +80,8 @@ class WorkerRecord(TypedDict):
     children_cpu_seconds: float   # of the processes the script started and waited for (measurements.children_usage)
     children_peak_memory_mb: float
     process_group: ProcessGroupFigures | None   # the largest torch.distributed group it was seen in; None: none
+    cpu_seconds: float            # this process's own (measurements.own_cpu_seconds), against its children's
+    last_step_at: float | None    # time.time() at the end of its last optimizer step
 
 
 def record_path(folder: str, process: str) -> str:

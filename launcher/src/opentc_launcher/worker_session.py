@@ -34,6 +34,7 @@ from .measurements import (
     cuda_peak_memory_mb,
     headroom_finding,
     host_peak_memory_mb,
+    own_cpu_seconds,
     step_statistics,
 )
 from .model_watch import ModelWatch
@@ -204,4 +205,5 @@ class WorkerSession:
             host_reads=self.host_reads.figures() if self._watching_reads else None,
             children_cpu_seconds=round(children_cpu, 2), children_peak_memory_mb=round(children_memory, 1),
             process_group=self.process_group.seen,
+            cpu_seconds=round(own_cpu_seconds(), 2), last_step_at=steps.wall_clock(ends[-1]) if len(ends) else None,
         )

@@ -3,9 +3,10 @@ run, installed or written.
 
 The job is read and every decision a real run makes before its first process is made by the same function
 (plan.plan_job: the settings, the adapters for AWS's launchers and the SDK v3's layout, the code fetched, the
-launch plan), and requirements.txt is checked against the pins, so bad input ends here as it would end the job: the
-same message and exit code, on stderr, without a failure file. The plan goes to stdout: the settings and where each
-came from, the command, the environment the workers get beside the container's, and what would be installed first.
+launch plan), and requirements.txt is read and resolved as the job would (requirements_install.resolve: pip's own dry
+run, which installs nothing), so bad input ends here as it would end the job: the same message and exit code, on
+stderr, without a failure file. The plan goes to stdout: the settings and where each came from, the command, the
+environment the workers get beside the container's, and what would be installed first, each package that moves.
 
 The code is fetched into a folder of this run's own (removed at the end), never into the job's code folder.
 """
@@ -16,18 +17,29 @@ import json
 import logging
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import IO
 
 from opentc_launcher.api import backend_named, library_changes_listing
 
+from .hf_stack import installed_family
 from .job import JobPaths
 from .not_started import JobNotStarted
 from .plan import LAUNCH_VARIABLES, LaunchSettings, PlannedJob, plan_job
-from .source import check_requirements, requirements_path
-from .stack import requested_versions, stack_pins
+from .requirements_install import (
+    Resolution,
+    check_requirements,
+    described,
+    failed_pip,
+    pip_environment,
+    requirements_path,
+    resolve,
+)
+from .stack import stack_pins
 
 log = logging.getLogger("opentc_toolkit")
 
@@ -36,19 +48,48 @@ RUN_FOLDER = "<run folder>"   # the run's scratch folder, a fresh temporary fold
 # setting's is its option's name, in JobSettings.worker: compiler.WORKER_SETTINGS).
 
 
+@dataclass(frozen=True)
+class Installed:
+    """What a job would install first: its requirements file, as pip's dry run resolved it."""
+
+    name: str
+    resolution: Resolution
+
+    def describe(self) -> str:
+        found = self.resolution.changes
+        return (f"{self.name} from the code folder (pip, under the stack's pins): " +
+                (described(found) if found else "nothing new, everything it asks for is installed already") +
+                "".join(f"; {note}" for note in self.resolution.notes))
+
+
+def resolved(job_plan: PlannedJob, base_env: Mapping[str, str], scratch: str) -> Installed | None:
+    """The requirements file read and resolved as the job would (pip's dry run, which installs nothing), or None
+    without one. Raises JobNotStarted as the job would."""
+    name, code = job_plan.job.requirements_file, job_plan.code
+    requirements = requirements_path(code, name)
+    if requirements is None:
+        return None
+    pins = stack_pins()
+    env = pip_environment(base_env, scratch)
+    reading = check_requirements(requirements, name, pins, env)
+
+    def pip(argv: tuple[str, ...], doing: str) -> None:
+        done = subprocess.run(argv, env=env, cwd=code, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", check=False)
+        if done.returncode != 0:
+            raise failed_pip(name, code, doing, done.returncode, done.stderr)
+
+    return Installed(name, resolve(requirements, name, reading, pins, installed_family(), scratch, pip))
+
+
 def planned(paths: JobPaths, base_env: Mapping[str, str], scratch: str) -> tuple[PlannedJob, LaunchSettings,
-                                                                                  str | None, dict[str, str]]:
+                                                                                  Installed | None]:
     """The job's plan as `train` would make it (plan.plan_job, the code fetched into `scratch`), its launch
-    settings, the requirements file that would be installed (None without one; one that would move the stack is
-    refused here, as it would be before pip ran) and what it asks of each package it names
-    (stack.requested_versions). Raises JobNotStarted as a real run would."""
+    settings, and what it would install first (None without a requirements file). Raises JobNotStarted as a real
+    run would."""
     launch = LaunchSettings.from_env(base_env)
     job_plan = plan_job(paths, launch, base_env, scratch, dry_run=True)
-    requirements = requirements_path(job_plan.code, job_plan.job.requirements_file)
-    asked: dict[str, str] = {}
-    if requirements is not None:
-        asked = requested_versions(check_requirements(requirements, job_plan.job.requirements_file, stack_pins()))
-    return job_plan, launch, (job_plan.job.requirements_file if requirements is not None else None), asked
+    return job_plan, launch, resolved(job_plan, base_env, scratch)
 
 
 LONG = 200   # a value longer than this is shortened in the printout (SM_TRAINING_ENV runs to kilobytes)
@@ -77,8 +118,8 @@ def env_changes(base_env: Mapping[str, str], env: Mapping[str, str]) -> list[str
     return lines
 
 
-def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | None, base_env: Mapping[str, str],
-           scratch: str, requested: Mapping[str, str] | None = None) -> str:
+def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: Installed | None,
+           base_env: Mapping[str, str], scratch: str) -> str:
     job, settings, plan = job_plan.job, job_plan.settings, job_plan.plan
 
     def hidden(text: str) -> str:
@@ -105,8 +146,7 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
                                                            if plan.peers else ""),
               f"device: {plan.options.device}, backend: {settings.backend_name}",
               f"compilation cache: {plan.options.compile_cache_dir or 'none'}",
-              "installed first: " + (f"{requirements} from the code folder (pip, under the stack's pins)"
-                                     if requirements else "nothing (no requirements.txt)"),
+              "installed first: " + (requirements.describe() if requirements else "nothing (no requirements.txt)"),
               "", f"command (in {hidden(plan.command.cwd)}):", "  " + hidden(shlex.join(plan.command.argv)),
               "", "environment, against the container's:",
               *(hidden(line) for line in env_changes(base_env, plan.command.env))]
@@ -116,12 +156,14 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: str | Non
                       "workers, a file's name gets .rank<N>):",
                   *(hidden(f"  + {name}={short(value)}") for name, value in sorted(sets.items())),
                   *(hidden(f"  = {line}") for line in kept)]
-    options = plan.options
+    # What the workers change in the libraries, on the versions the job would run: what requirements.txt installs
+    # instead of the image's (pip's resolution) judged by what the ledger knows.
+    moves = {change.name: change.after for change in requirements.resolution.changes} if requirements else {}
     lines += ["", f"library changes ({settings.backend_name if settings.enabled else 'compiler off'}: what the "
                   f"workers change in libraries' code, on the versions the job would run; docs/versions.md, "
                   f"\"Library changes\"):",
-              *(f"  {line}" for line in library_changes_listing(options, plan.command.env, requested or {},
-                                                                requirements or "requirements.txt"))]
+              *(f"  {line}" for line in library_changes_listing(
+                  plan.options, plan.command.env, moves, requirements.name if requirements else "requirements.txt"))]
     return "\n".join(lines)
 
 
@@ -131,11 +173,11 @@ def dry_run(paths: JobPaths, base_env: Mapping[str, str], out: IO[str] = sys.std
     scratch = tempfile.mkdtemp(prefix="opentc-dry-run-")
     try:
         try:
-            job_plan, launch, requirements, asked = planned(paths, base_env, scratch)
+            job_plan, launch, requirements = planned(paths, base_env, scratch)
         except JobNotStarted as e:
             print(f"opentc-train --dry-run: the job would not start (exit code {e.exit_code}): {e}", file=err)
             return e.exit_code
-        print(render(job_plan, launch, requirements, base_env, scratch, asked), file=out)
+        print(render(job_plan, launch, requirements, base_env, scratch), file=out)
         return 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

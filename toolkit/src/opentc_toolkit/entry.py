@@ -47,7 +47,8 @@ from .outcome import (
 )
 from .peers import wait_for_hosts
 from .plan import LaunchPlan, LaunchSettings, plan_job
-from .source import FetchStopped, install_requirements
+from .requirements_install import install_requirements
+from .source import FetchStopped
 from .supervisor import JobStopped, Supervisor
 from .wrap_up import settle, wrap_up
 

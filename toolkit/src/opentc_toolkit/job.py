@@ -9,6 +9,7 @@ variables and the script's argv.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from opentc_launcher.common import printable
 from .job_files import MiB, read_regular
 from .job_settings import JobSettings
 from .not_started import BadInput
+
+log = logging.getLogger(__name__)
 
 HYPERPARAMETERS = "hyperparameters.json"
 RESOURCE_CONFIG = "resourceconfig.json"
@@ -234,6 +237,9 @@ def read_job(paths: JobPaths) -> TrainingJob:
     # opentc-run and the workers are handed: one count for the whole launch, not sagemaker-training's nvidia-smi
     # list beside it. Outside the try below: the machine is not the job files, and no error of its is theirs.
     machine = probe_host()
+    if machine.gpu_problem:
+        log.warning("the GPUs: %s; the job goes on with %d GPU(s) counted and the rest unknown", machine.gpu_problem,
+                    machine.gpus)
     gpus = machine.gpus
     try:
         # An empty mapping makes Environment read the file itself, which holds the same empty object.

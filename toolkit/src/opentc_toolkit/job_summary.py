@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -93,21 +94,45 @@ def _utilisation(first: WorkerRecord | None, device: str | None, gpu: str | None
 
 
 # A script that starts its own workers (AWS's launch_pt_dt_sm_native.py runs torch.distributed.launch from inside the
-# entry point) trains in processes the launcher does not see: the worker counts no step, while its children worked.
+# entry point) trains in processes the launcher does not see: the worker counts no step, or a few of its own (a check
+# before it launches), while its children worked.
 SELF_LAUNCHED_CPU_SECONDS = 2.0
+# Loss lines a worker's own last step may print after it ends (the Trainer's log line of that step); more than this
+# coming later than LATE_LINE_SECONDS after it were printed by processes still training.
+OWN_LATE_LINES = 1
+LATE_LINE_SECONDS = 1.0
 
 
-def self_launched(record: WorkerRecord | None) -> str | None:
-    """Why this summary cannot count the job's workers and steps, when the script trained in processes of its own."""
-    if not record or record.get("optimizer_steps") or (record.get("children_cpu_seconds") or 0) < \
-            SELF_LAUNCHED_CPU_SECONDS:
+def self_launched(record: WorkerRecord | None,
+                  loss_lines_after: Callable[[float], int] = lambda moment: 0) -> str | None:
+    """Why this summary cannot count the job's workers and steps, when the script trained in processes of its own:
+    they used CPU (SELF_LAUNCHED_CPU_SECONDS or more) while the worker counted no optimizer step, or they used more
+    of it than the worker itself and loss lines kept coming after its last step (`loss_lines_after(t)`: how many came
+    after time.time() t). A worker that trained beside helpers of its own (DataLoader workers, a tokenizer pool) prints
+    no loss lines after its last step, and is counted as it is."""
+    if not record:
         return None
-    return (f"the script started processes of its own that did the work ({record['children_cpu_seconds']:.0f} "
-            f"CPU-seconds, while the launcher's worker saw no optimizer step): they are not the launcher's workers, "
-            f"so this summary cannot count their workers, optimizer steps, step times or throughput from batches, "
-            f"and shows them as unknown. To fix: let the image start the workers: make the training script the entry "
-            f"point (sagemaker_program) and ask for one worker per GPU with the distribution (torch_distributed, or "
-            f"pytorchxla with the compiler), not with a launcher script of your own.")
+    children = record.get("children_cpu_seconds") or 0
+    steps = record.get("optimizer_steps") or 0
+    if children < SELF_LAUNCHED_CPU_SECONDS:
+        return None
+    if steps:
+        own, last = record.get("cpu_seconds"), record.get("last_step_at")
+        if own is None or last is None or children <= own:
+            return None
+        later = loss_lines_after(last + LATE_LINE_SECONDS)
+        if later <= OWN_LATE_LINES:
+            return None
+        seen = (f"while the launcher's worker counted {steps} optimizer step(s) of its own and used {own:.0f} CPU-"
+                f"seconds, and {later} loss lines came after its last step")
+    else:
+        seen = "while the launcher's worker saw no optimizer step"
+    return (f"the script started processes of its own that did the work ({children:.0f} CPU-seconds, {seen}): they "
+            f"are not the launcher's workers, so this summary cannot count their workers, optimizer steps, step times "
+            f"or throughput from batches, and shows them as unknown. To fix: let the image start the workers: make "
+            f"the training script the entry point (sagemaker_program) and ask for one worker per GPU with the "
+            f"distribution (torch_distributed, or pytorchxla with the compiler), not with a launcher script of your "
+            f"own.")
 
 
 NEVER_MET_FIX = ("have the script form one process group for all of them and train through it: "
@@ -200,7 +225,8 @@ def build_summary(paths: JobPaths, recorder: JobRecorder, outcome: Outcome, gpu:
     first_steps = [at for r in records if (at := r.get("first_step_at"))]
     memory = [mb for r in records if (mb := r.get("peak_memory_mb")) is not None]
     device = plan.options.device if plan else None
-    unseen = self_launched(first) if outcome.succeeded else None   # a job that failed first is said as it is
+    # a job that failed first is said as it is
+    unseen = self_launched(first, recorder.lines.arrived_after) if outcome.succeeded else None
     if unseen and device == "cpu":   # the processes that trained: their peak resident memory is theirs
         memory += [r.get("children_peak_memory_mb") or 0.0 for r in records]
     throughput = _throughput(records, recorder.lines.trainer_rates())

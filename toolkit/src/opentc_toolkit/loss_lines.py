@@ -19,9 +19,11 @@ Only the first MAX_LINE_CHARS characters of a line are read, in time linear in t
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import threading
+import time
 
 from opentc_compare.summary import Loss, LossPoint
 
@@ -59,6 +61,7 @@ class LossLines:
         self._sources: set[str] = set()
         self._trainer: dict[str, float] = {}
         self._evaluation_lines = 0
+        self._arrived: list[float] = []   # time.time() of each loss line, kept or not (the last MAX_POINTS)
 
     def feed(self, line: str) -> None:
         line = line[:MAX_LINE_CHARS]
@@ -77,6 +80,8 @@ class LossLines:
                 self._evaluation_lines += 1
                 return
             value = float(found[0][1])
+            self._arrived.append(time.time())
+            del self._arrived[:-MAX_POINTS]
             step_match = (_DICT_STEP if dictionary else _WORD_STEP).search(line)
             self._sources.add(TRAINER if dictionary else SCRIPT)
             if step_match:
@@ -93,6 +98,12 @@ class LossLines:
         points = [LossPoint(step=step, loss=value if value == value and abs(value) != float("inf") else None)
                   for step, value in series]
         return Loss(source=source, points=points, evaluation_lines=evaluation_lines)
+
+    def arrived_after(self, moment: float) -> int:
+        """How many loss lines came after `moment` (time.time()): a script's own processes that trained after the
+        launcher's worker stopped stepping print them."""
+        with self._lock:
+            return len(self._arrived) - bisect.bisect_right(self._arrived, moment)
 
     def trainer_rates(self) -> dict[str, float]:
         with self._lock:

@@ -1,27 +1,20 @@
-"""The user's code: fetched into the code folder, its requirements installed, its entry point found."""
+"""The user's code: fetched into the code folder, its entry point found (its requirements: requirements_install.py)."""
 
 from __future__ import annotations
 
 import logging
 import os
-import re
-import sys
 import tarfile
 import threading
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from urllib.parse import unquote, urlparse
 
-from opentc_launcher.api import exit_codes, why_not_a_script
+from opentc_launcher.api import why_not_a_script
 from opentc_launcher.common import printable
 
-from . import hf_stack
 from .job import TrainingJob
-from .job_files import MiB, read_regular
-from .not_started import BadInput, CodeNotFetched, JobNotStarted, RequirementsFailed
-from .outcome import last_lines
-from .stack import conflicts, constraints_text, stack_pins
-from .supervisor import Command, JobStopped, ProcessResult, Supervisor
+from .not_started import BadInput, CodeNotFetched, JobNotStarted
 
 log = logging.getLogger(__name__)
 
@@ -170,137 +163,6 @@ def fetch_failure(error: Exception, said: str) -> JobNotStarted:
                           f"container could not store the code): run the job again.")
 
 
-MAX_REQUIREMENTS_BYTES = MiB   # a requirements file is a few hundred bytes; past this, not one
-
-# pip's WARNING when it cannot reach an index: "Retrying (Retry(...)) after connection broken by '<the cause>': <url>".
-# Its ERROR lines then only say "No matching distribution found", which reads like a typo in a package name.
-_CONNECTION_BROKEN = re.compile(r"after connection broken by '(?P<cause>.+)': (?P<where>\S+)\s*$")
-
-
-# pip's words when a package had to be built from source and the build failed.
-_BUILD_FAILED = re.compile(r"Failed building wheel for (?P<name>[\w.-]+)"
-                           r"|^\W*(?:\u2570\u2500>|->) (?P<listed>[\w.-]+)\s*$")
-PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
-def _build_failures(lines: list[str]) -> list[str]:
-    names = [m["name"] or m["listed"] for m in map(_BUILD_FAILED.search, lines) if m]
-    return list(dict.fromkeys(names))
-
-
-def _pip_reason(stderr: str) -> str:
-    """pip's own account of a failure: the network cause first when pip could not reach an index, what had to be
-    built from source when a build failed, then its ERROR lines (and what follows them), else its last lines."""
-    lines = stderr.strip().splitlines()
-    first_error = next((i for i, line in enumerate(lines) if line.startswith("ERROR:")), None)
-    reason = "\n".join(lines[first_error:]) if first_error is not None else last_lines(stderr)
-    built = _build_failures(lines)
-    if built:
-        era = (" transformers 4.11 to 4.15 and 4.18 to 4.22 need a tokenizers older than 0.13, which has no wheel "
-               f"for Python {PYTHON} (it builds only with Rust and the network): pin transformers 4.23 or later "
-               "(benchmarks/RESULTS.md lists the lines that train), or leave tokenizers unpinned." if "tokenizers"
-               in built else "")
-        reason = (f"{', '.join(built)} had to be built from source, since no release the requirements allow has a "
-                  f"wheel for this image's Python {PYTHON}, and the build failed.{era} Ask for versions with a "
-                  f"wheel for Python {PYTHON} (pypi.org lists each release's files).\n{reason}")
-    broken = next((m for m in map(_CONNECTION_BROKEN.search, reversed(lines)) if m), None)
-    if broken is not None:
-        reason = (f"the package index could not be reached ({broken['where']}): {broken['cause']}. Check the "
-                  f"network, the proxy (HTTPS_PROXY) or the index (PIP_INDEX_URL), or bake the packages into the "
-                  f"image.\n{reason}")
-    return reason
-
-
-def requirements_path(code: str, name: str = "requirements.txt") -> str | None:
-    """requirements.txt in the code folder (whatever is there under that name: check_requirements says what is
-    wrong with anything but a readable file), or None where there is nothing."""
-    path = os.path.join(code, name)
-    return path if os.path.lexists(path) else None
-
-
-def check_requirements(path: str, name: str, pins: Mapping[str, str]) -> list[str]:
-    """The requirements file's lines; BadInput for one that is not a readable regular file of at most
-    MAX_REQUIREMENTS_BYTES, or that would move a package of the tested stack (`pins`)."""
-    what = "pip requirements, one per line"
-    try:
-        raw = read_regular(path, f"{name} in the code folder", MAX_REQUIREMENTS_BYTES, what)
-    except FileNotFoundError:
-        raise BadInput(f"{name} in the code folder is a symbolic link to {printable(os.readlink(path))!r}, which "
-                       f"does not exist: it must be a regular file holding {what}.") from None
-    lines = raw.decode("utf-8", errors="replace").splitlines()
-    clashes = conflicts(lines, pins)
-    if clashes:
-        raise BadInput(
-            f"{name} asks for {', '.join(clashes)}. torch, torch-xla, the XLA:CUDA plugin and the "
-            f"CUDA libraries are installed as one tested set and cannot be changed by {name}: remove "
-            f"the requirement or pin the pinned version (the set is in /opt/opentc/constraints.txt).")
-    return lines
-
-
-def _pip(supervisor: Supervisor, argv: tuple[str, ...], env: Mapping[str, str], code: str, name: str,
-         doing: str) -> ProcessResult:
-    """pip under the supervisor (a stop reaches it); a stop or a failure ends the job before the script."""
-    result = supervisor.run(Command(argv=argv, env=env, cwd=code))
-    if result.stopped_by is not None:
-        raise JobStopped(result, "pip", f"while {name} was being installed")
-    if result.exit_code != exit_codes.OK:
-        raise RequirementsFailed(f"{name} in {code} could not be installed ({doing}: pip ended with exit code "
-                                 f"{result.exit_code}):\n{_pip_reason(result.stderr_tail)}")
-    return result
-
-
-def install_requirements(code: str, supervisor: Supervisor, env: Mapping[str, str], scratch: str,
-                         name: str = "requirements.txt") -> None:
-    """requirements.txt beside the script is installed before the script runs, as SageMaker does, with pip
-    under the supervisor (a stop reaches it) and under the pins of the packages that must move together. One that
-    moves the Hugging Face stack re-resolves the rest of it (hf_stack.py). What was installed must pass `pip check`."""
-    requirements = requirements_path(code, name)
-    if requirements is None:
-        return
-    pins = stack_pins()
-    lines = check_requirements(requirements, name, pins)
-    constraints = os.path.join(scratch, "stack-constraints.txt")
-    with open(constraints, "w", encoding="utf-8") as f:
-        f.write(constraints_text(pins))
-    install = (sys.executable, "-m", "pip", "install", "--no-input", "-r", requirements)
-    family = hf_stack.installed_family()
-    moves = hf_stack.moved(lines, family)
-    extra: tuple[str, ...] = ()
-    if moves:
-        extra = tuple(hf_stack.companions(lines, family))
-        log.info("%s asks for %s: the image's %s are resolved again with it (not pinned), so that they go together",
-                 name, ", ".join(moves), ", ".join(extra) or "Hugging Face packages")
-        report = os.path.join(scratch, "pip-resolution.json")
-        _pip(supervisor, (*install, *extra, "-c", constraints, "--dry-run", "--quiet", "--report", report), env, code,
-             name, "resolving it")
-        with open(report, encoding="utf-8") as f:
-            transformers = hf_stack.chosen(f.read(), "transformers", family)
-        rules = hf_stack.rules_for(transformers)
-        if rules:
-            bounds = os.path.join(scratch, "transformers-line-constraints.txt")
-            with open(bounds, "w", encoding="utf-8") as f:
-                f.write("".join(f"{c}\n" for rule in rules for c in rule.constraints))
-            extra += ("-c", bounds)
-            for rule in rules:
-                log.info("transformers %s: %s, since %s", transformers, ", ".join(rule.constraints), rule.why)
-    log.info("installing %s (torch, torch-xla and the CUDA libraries held at the installed versions)",
-             requirements)
-    _pip(supervisor, (*install, *extra, "-c", constraints), env, code, name, "installing it")
-    checked: list[str] = []
-    result = supervisor.run(Command(argv=(sys.executable, "-m", "pip", "check"), env=env, cwd=code),
-                            on_line=checked.append)
-    if result.stopped_by is not None:
-        raise JobStopped(result, "pip", f"while {name} was being installed")
-    broken = hf_stack.check_failures("\n".join(checked))
-    if result.exit_code != exit_codes.OK and broken:
-        moved_words = (f" It asked for {', '.join(moves)}, which moved the image's Hugging Face packages; pin the "
-                       f"packages named above to versions that go with it, or drop the pin to use the image's "
-                       f"({', '.join(f'{k} {v}' for k, v in family.items())})." if moves else
-                       " Pin the packages named above to versions that go together.")
-        raise RequirementsFailed(f"{name} in {code} installed, but the packages it left do not work together (pip "
-                                 f"check):\n" + "\n".join(f"  {line}" for line in broken[:20]) + "\n" + moved_words)
-
-
 def entry_point_path(job: TrainingJob, code: str) -> str:
     program = job.entry_point
     if not program:
@@ -319,4 +181,9 @@ def entry_point_path(job: TrainingJob, code: str) -> str:
     if problem:
         raise BadInput(f"training script {program!r} in {code} {problem}: sagemaker_program must name a "
                              f"Python file in the code folder (it holds: {_listing(code, 20)}).")
+    try:   # as the workers will open it (they run as this process's user): a dry run says so too
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as e:
+        raise BadInput(f"training script {program!r} in {code} cannot be opened ({type(e).__name__}: "
+                       f"{e.strerror}): it must be a file the job's user (uid {os.getuid()}) can read.") from None
     return path

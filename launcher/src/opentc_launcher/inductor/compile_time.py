@@ -30,6 +30,8 @@ from collections.abc import MutableMapping
 from types import MappingProxyType, ModuleType
 
 from ..after_import import when_imported
+from ..compile_progress import DEFAULT_DOES as PROGRESS_DOES
+from ..compile_progress import DEFAULT_NAME as PROGRESS
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
 from ..patching import arm_change
@@ -50,6 +52,7 @@ OPTIONAL_DEFAULTS = MappingProxyType({
     "logging": "transformers' once-only log calls inside compiled code no longer break the graph",
     "warm_start": "a warm job starts sooner: compile workers started only when needed on CPUs, cache keys hashed "
                   "in the background",
+    PROGRESS: PROGRESS_DOES,
 })
 WARM_POOL_VARIABLE = "TORCH_WARM_POOL"
 JOB_ID_VARIABLE = "TORCH_COMPILE_JOB_ID"
@@ -102,6 +105,10 @@ class CompileTimeDefaults:
             self._set(environ, "job_id", JOB_ID_VARIABLE, lineage_id(program, identity.world_size, self.options.device))
         if "warm_start" not in self.state:
             self._warm_start(environ)
+        if PROGRESS not in self.state:
+            seconds = self.options.compile_progress_seconds
+            self.state[PROGRESS] = (f"on: a line every {seconds} s while a compile lasts longer" if seconds else
+                                    "off (compile_progress_seconds 0)")
         if "logging" not in self.state:
             self.state["logging"] = "on: " + ", ".join(f"logger.{m}" for m in ONCE_ONLY_LOG_CALLS) + " skipped in " \
                                     "compiled code"

@@ -90,6 +90,7 @@ class InPlace:
     parts: int = 0
     single: int = 0
     head: str = ""      # the head region in words ("GPT2LMHeadModel's forward around transformer: lm_head and ...")
+    head_left: str = ""   # why the head was left eager, where it was asked for
 
     def add(self, other: InPlace) -> None:
         self.blocks, self.kinds = self.blocks + other.blocks, self.kinds + other.kinds
@@ -103,7 +104,8 @@ class InPlace:
         words = f"{self.parts} other part(s)"
         if self.head:
             return f"{words}, and {self.head} as one region; {self.single} single layer(s) beside the blocks left eager"
-        return f"and {words}; {self.single} single layer(s) left eager"
+        left = f" (the head too: {self.head_left})" if self.head_left else ""
+        return f"and {words}; {self.single} single layer(s) left eager{left}"
 
 
 def compile_in_place(module: Any, **compile_kwargs: Any) -> InPlace:
@@ -125,17 +127,25 @@ def compile_in_place(module: Any, **compile_kwargs: Any) -> InPlace:
     return done
 
 
-def trunks_of(model: Any) -> list[str]:
+def _hooked(module: Any) -> bool:
+    """Whether something replaced or hooks the module's forward (accelerate's big-model dispatch, FSDP's fully_shard):
+    a region compiled around it would trace that code too."""
+    return "forward" in vars(module) or bool(getattr(module, "_forward_pre_hooks", None)) or bool(
+        getattr(module, "_forward_hooks", None))
+
+
+def trunks_of(model: Any) -> tuple[list[str], str]:
     """The names of the model's children that hold its repeated blocks (its trunks), where the model's own forward
-    can be compiled around them (the head); [] where it cannot: its blocks' list is its own child (its forward runs
-    the blocks), or a trunk's forward was already replaced (a hook of accelerate's big-model dispatch)."""
+    can be compiled around them (the head); else [] and why not."""
     children = list(model.named_children())
     if any(repeated_kinds(child) for _, child in children):
-        return []
+        return [], "the model's own forward runs its blocks"
     trunks = [(name, child) for name, child in children if _has_repeated_blocks(child)]
-    if any("forward" in vars(child) for _, child in trunks):
-        return []
-    return [name for name, _ in trunks]
+    if not trunks:
+        return [], "the model's blocks are deeper than its children"
+    if _hooked(model) or any(_hooked(child) for _, child in trunks):
+        return [], "a hook replaces or wraps its forward or its blocks' part's"
+    return [name for name, _ in trunks], ""
 
 
 def compile_head(model: Any, trunks: list[str], **compile_kwargs: Any) -> str:
@@ -156,9 +166,11 @@ def compile_head(model: Any, trunks: list[str], **compile_kwargs: Any) -> str:
 def compile_regions(model: Any, head: bool, **compile_kwargs: Any) -> InPlace:
     """The repeated blocks (and other parts) compiled in place, and with `head` the model's own forward around the
     trunks that hold them as a region of its own (compile_head), where it has such trunks."""
-    trunks = trunks_of(model) if head else []
+    trunks, why_not = trunks_of(model) if head else ([], "")
     if not trunks:
-        return compile_in_place(model, **compile_kwargs)
+        done = compile_in_place(model, **compile_kwargs)
+        done.head_left = why_not
+        return done
     done = InPlace()
     for name in trunks:
         done.add(compile_in_place(getattr(model, name), **compile_kwargs))

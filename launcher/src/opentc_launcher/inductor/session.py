@@ -17,7 +17,9 @@ import importlib.metadata as metadata
 import logging
 import os
 import re
+import sys
 import time
+import types
 from collections.abc import MutableMapping
 from types import ModuleType
 from typing import Any
@@ -25,6 +27,8 @@ from typing import Any
 from .. import exit_codes
 from ..after_import import when_imported
 from ..cache_folders import cache_folder
+from ..compile_progress import DEFAULT_NAME as PROGRESS
+from ..compile_progress import CompileProgress, every
 from ..compile_report import (
     GRAPH_BREAKS,
     RECOMPILATION,
@@ -161,6 +165,49 @@ def _counters() -> dict[str, dict[str, int]] | None:
         return None
 
 
+def what_dynamo_compiles() -> str:
+    """The function Dynamo is compiling, from its compile callback (private: its frames' `code`), in words:
+    `GPT2Block.forward (transformers/models/gpt2/modeling_gpt2.py:262)`; "a function" when it cannot be read."""
+    try:
+        frame: types.FrameType | None = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_locals.get("code") if frame.f_code.co_name in ("compile_inner", "_compile") else None
+            if isinstance(code, types.CodeType):
+                path = code.co_filename.replace("\\", "/")
+                for marker in _PACKAGE_FOLDERS:
+                    path = path.split(f"/{marker}/", 1)[-1]
+                return f"{getattr(code, 'co_qualname', code.co_name)} ({path}:{code.co_firstlineno})"
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001  (private frames: the words are only less precise)
+        pass
+    return "a function"
+
+
+# Where a compilation's time goes, as torch times it (torch._dynamo.utils.compilation_time_metrics, private: each
+# phase's seconds, nested): Dynamo's whole compile, the backend's share of it, AOTAutograd, Inductor's lowering and
+# code generation, and the C++/Triton compilers it waits for.
+PHASES = {"_compile.compile_inner": "all", "OutputGraph.call_user_compiler": "the backend (AOTAutograd and Inductor)",
+          "create_aot_dispatcher_function": "AOTAutograd", "compile_fx_inner": "Inductor",
+          "GraphLowering.codegen": "Inductor's code generation",
+          "async_compile.wait": "waiting for the kernels' compilers", "compile_file": "the C++ compiler"}
+
+
+def compile_phases() -> dict[str, float]:
+    """Seconds per phase of this process's compilations (PHASES' words), and Dynamo's own tracing (all but the
+    backend's); {} when this torch keeps no such figures."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+
+        totals = {name: sum(compilation_time_metrics.get(name, ())) for name in PHASES}
+    except Exception:  # noqa: BLE001  (private API: no timeline rather than a failed report)
+        return {}
+    phases = {words: round(totals[name], 3) for name, words in PHASES.items() if totals[name]}
+    if totals["_compile.compile_inner"]:
+        phases["Dynamo's tracing"] = round(totals["_compile.compile_inner"] -
+                                           totals["OutputGraph.call_user_compiler"], 3)
+    return phases
+
+
 def _recompilations() -> list[dict[str, Any]]:
     """Recompiled functions with Dynamo's reason (the last 64 compilations torch keeps)."""
     try:
@@ -191,6 +238,7 @@ class InductorSession(WorkerSession):
         self.compile_seconds: list[float] = []
         self.cache: dict = {"dir": "", "mode": "torch's default (/tmp, gone with the container)"}
         self.graph_breaks = GraphBreaks()
+        self.progress = CompileProgress(self.process, every(options.compile_progress_seconds, options.is_off(PROGRESS)))
         self._compiling_since: float | None = None
         self._next_warning = RECOMPILATION_WARNING
 
@@ -256,9 +304,11 @@ class InductorSession(WorkerSession):
     # -- while the script runs --------------------------------------------------------------------------------
     def _compile_started(self, *_args: Any) -> None:
         self._compiling_since = time.monotonic()
+        self.progress.started(what_dynamo_compiles())
         self.defaults.at_first_compile()
 
     def _compile_ended(self, *_args: Any) -> None:
+        self.progress.ended()
         if self._compiling_since is not None:
             self.compile_seconds.append(round(time.monotonic() - self._compiling_since, 3))
             self._compiling_since = None
@@ -339,6 +389,8 @@ class InductorSession(WorkerSession):
                 "recompilations": recompilations,
                 "counters_available": readable is not None,
                 "compile_time_defaults": dict(self.defaults.state),
+                "compile_timeline": list(self.progress.timeline),
+                "compile_phases": compile_phases(),
             },
             activity=f"{captured} graph{'' if captured == 1 else 's'} captured",
             clean_means="no graph break or recompilation after warm-up",

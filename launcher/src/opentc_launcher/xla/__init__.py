@@ -8,8 +8,11 @@ starts with torch_xla.launch (xla.spawned), and XLA:CUDA's PJRT plugin (xla.cuda
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from types import MappingProxyType
 
 from ..backend import CompilerBackend, LaunchRefused, no_gpu_message
+from ..compile_progress import DEFAULT_DOES as PROGRESS_DOES
+from ..compile_progress import DEFAULT_NAME as PROGRESS
 from ..identity import WorkerIdentity
 from ..installed import has_module
 from ..launch_context import LaunchContext
@@ -18,8 +21,18 @@ from ..script import Program
 from ..setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, setting
 from ..worker_session import WorkerSession
 from . import library_patches, loss_scaling, spawned
+from .library_patches import PATCHES
 from .named_settings import DEBUG_LOG, INDUCTOR_INSTEAD, LIBRARY_PATCHES_OFF, UNSYNCHRONIZED
 from .session import PJRT_DEVICES, PROCESS_GROUP_KEPT, STEP_MARKER, XlaSession, debug_switches, pjrt_device
+
+
+def patches_off_note(asked_by: str) -> str:
+    """What the job runs without the library patches: every library they fix, and what torch's own lose (gradient
+    checkpointing on XLA), from the patches themselves."""
+    libraries = sorted({patch.module.split(".")[0] for patch in PATCHES})
+    torch_own = [f"{patch.module}: {patch.unpatched}" for patch in PATCHES if patch.module.split(".")[0] == "torch"]
+    return (f"library patches off ({asked_by}): {', '.join(libraries[:-1])} and {libraries[-1]} run as installed"
+            + (f", torch's own included ({'; '.join(torch_own)})" if torch_own else ""))
 
 
 def cpu_multi_worker_message(world_size: int) -> str:
@@ -34,6 +47,7 @@ class XlaBackend(CompilerBackend):
     name = "xla"
     debug_log = DEBUG_LOG
     title = "PyTorch/XLA"
+    optional_defaults = MappingProxyType({PROGRESS: PROGRESS_DOES})
     library_changes = (*library_patches.PATCHES, loss_scaling.CHANGE, STEP_MARKER, spawned.CHANGE, PROCESS_GROUP_KEPT)
 
     def missing(self) -> str | None:
@@ -100,8 +114,7 @@ class XlaBackend(CompilerBackend):
 
             notes.append(status_line())
         if not options.library_patches:
-            notes.append(f"library patches off ({setting(LIBRARY_PATCHES_OFF, env)}): transformers and "
-                         f"accelerate run as installed")
+            notes.append(patches_off_note(setting(LIBRARY_PATCHES_OFF, env)))
         if "PJRT_DEVICE" in env:
             notes.append(f"Found pre-existing configuration PJRT_DEVICE={env['PJRT_DEVICE']}: keeping it")
         return notes

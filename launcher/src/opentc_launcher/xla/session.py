@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..compile_progress import DEFAULT_NAME as PROGRESS
+from ..compile_progress import CompileProgress, every
 from ..compile_report import CompileReport, limit_message
 from ..env_values import keep_theirs
 from ..identity import WorkerIdentity, per_rank_files
@@ -18,7 +20,7 @@ from ..patching import LAUNCH, OBSERVER, LibraryChange
 from ..replace import replace_once
 from ..worker_session import WorkerSession
 from .cache import open_cache
-from .diagnostics import CompileMonitor, StepActivity, build_report
+from .diagnostics import CompileMonitor, StepActivity, build_report, graphs_compiled
 from .library_patches import install as install_library_patches
 from .loss_scaling import LossScalingWatch
 from .parameters import SWAP_SWITCH, keep_parameters_on_move
@@ -99,6 +101,7 @@ class XlaSession(WorkerSession):
         self.monitor: CompileMonitor | None = None
         self.activity = StepActivity()
         self.loss_scaling = LossScalingWatch()
+        self.progress = CompileProgress(self.process, every(options.compile_progress_seconds, options.is_off(PROGRESS)))
 
     @property
     def device(self) -> str:
@@ -161,32 +164,41 @@ class XlaSession(WorkerSession):
             self.monitor = CompileMonitor(self.process, options.warmup_steps, options.max_compilations,
                                           on_limit=self._compilation_limit_reached, step_counter=self.steps)
             self.monitor.start()
-            self._after_each_sync(self.monitor.after_sync)
+        self._around_each_sync()
 
     def after_step(self, step: int) -> None:
         self.activity.after_step()
 
-    @staticmethod
-    def _after_each_sync(callback: Callable[[], None]) -> None:
-        """Call `callback` right after every sync (torch_xla.sync, xm.mark_step, MpDeviceLoader's): each goes
-        through torch-xla's step marker, which compiles the step's graph before it returns."""
+    def _around_each_sync(self) -> None:
+        """Around every sync (torch_xla.sync, xm.mark_step, MpDeviceLoader's), which goes through torch-xla's step
+        marker and compiles the step's graph before it returns (releasing the GIL): the compile progress before and
+        after it, and the compile monitor after it."""
         import torch_xla
 
         xlac = torch_xla._XLAC
         step_marker = xlac._xla_step_marker
+        monitor, progress, steps = self.monitor, self.progress, self.steps
 
-        def step_marker_then_callback(*args: Any, **kwargs: Any) -> Any:
-            result = step_marker(*args, **kwargs)
-            callback()
-            return result
+        def step_marker_between(*args: Any, **kwargs: Any) -> Any:
+            before = graphs_compiled()
+            step = f"optimizer step {steps.steps}'s graph" if steps.steps else "the first sync's graph"
+            progress.started(f"{step} (XLA compiling it, or running it)")
+            try:
+                return step_marker(*args, **kwargs)
+            finally:
+                progress.ended(counted=graphs_compiled() > before)
+                if monitor is not None:
+                    monitor.after_sync()
 
-        replace_once(xlac, "_xla_step_marker", step_marker_then_callback)
+        replace_once(xlac, "_xla_step_marker", step_marker_between)
 
     def _build_report(self, exit_code: int) -> CompileReport:
         assert self.monitor is not None
-        return build_report(self.process, self.identity.rank, self.identity.world_size, self.device, exit_code,
-                            self.monitor.timeline, self.cache, self.steps, self.activity, self.loss_scaling,
-                            processes_started())
+        report = build_report(self.process, self.identity.rank, self.identity.world_size, self.device, exit_code,
+                              self.monitor.timeline, self.cache, self.steps, self.activity, self.loss_scaling,
+                              processes_started())
+        report.details["compile_timeline"] = list(self.progress.timeline)
+        return report
 
     def _compilation_limit_reached(self, compiles: int) -> None:
         """The compile monitor saw the limit passed (from its thread, or after a sync)."""
@@ -269,10 +281,10 @@ def init_xla_process_group() -> None:
 
 STEP_MARKER = LibraryChange(
     name="xla-syncs-seen", module="torch_xla", target="torch_xla._XLAC._xla_step_marker", kind=OBSERVER, backend="xla",
-    apply=XlaSession._after_each_sync,
-    why="each sync (torch_xla.sync, xm.mark_step), after which the compile monitor counts the graphs compiled (and "
-        "stops a worker past --max-compilations)",
-    unpatched="no compile report, and no compilation limit")
+    apply=XlaSession._around_each_sync,
+    why="each sync (torch_xla.sync, xm.mark_step), around which the compile progress says what compiles for long, "
+        "and after which the compile monitor counts the graphs compiled (and stops a worker past --max-compilations)",
+    unpatched="no compile progress, no compile report, and no compilation limit")
 PROCESS_GROUP_KEPT = LibraryChange(
     name="xla-process-group-kept", module="torch.distributed", target="torch.distributed.init_process_group",
     kind=LAUNCH, backend="xla", apply=init_xla_process_group,
