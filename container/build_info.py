@@ -30,7 +30,7 @@ def pjrt_api(problems: list[str]) -> str:
     """The XLA:CUDA plugin's PJRT C API version, checked against torch-xla's; none without torch-xla."""
     if installed("torch-xla") == NONE:
         return NONE
-    from opentc_launcher.xla.cuda import PluginUnusable, check_cuda_plugin, plugin_api_version
+    from opentc_launcher.api import PluginUnusable, check_cuda_plugin, plugin_api_version
 
     try:
         major, minor = plugin_api_version(check_cuda_plugin())

@@ -187,6 +187,14 @@ def no_torch_xla(folder: Path) -> str:
     return str(folder)
 
 
+def launch_context(gpus: int = 0, world: int = 1, env: dict[str, str] | None = None):
+    """What a launch is decided by, on a host of `gpus` GPUs (a number: no GPU here; decision.decide)."""
+    from opentc_launcher.host import HostFacts
+    from opentc_launcher.launch_context import LaunchContext
+
+    return LaunchContext(HostFacts(cpus=2, gpus=gpus), world, env or {})
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,12 +8,13 @@ Each case runs the real `train` on a real job folder; the only stand-in is a tlp
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import SCRIPTS, logged_failure, run_train, start_train, stop, wait_for
+from conftest import BIN, SCRIPTS, clean_env, logged_failure, run_train, start_train, stop, wait_for
 from opentc_launcher import exit_codes
 
 pytestmark = [pytest.mark.slow, pytest.mark.inductor]
@@ -104,6 +105,30 @@ def test_a_stop_while_debug_reports_are_made_ends_the_job_as_stopped(make_job, t
     assert summary["outcome"] == {"exit_code": 143, "succeeded": False, "stopped": True,
                                   "headline": job.failure.splitlines()[0], "kind": "stopped", "rank": None,
                                   "host": None}
+
+
+def debug_artefacts(folder: Path) -> tuple[list[str], int, int]:
+    """What debug mode left in `folder`: its kinds of artefact (by name, without the compile reports only a job asks
+    for), torch's traces, and tlparse's reports of them."""
+    kinds = sorted(p.name for p in folder.iterdir() if not p.name.startswith("compile-report"))
+    reports = len(list((folder / "tlparse").glob("*/index.html")))
+    return kinds, len(list((folder / "torch_trace").glob("*.log"))), reports
+
+
+def test_opentc_run_in_debug_mode_leaves_the_reports_a_job_leaves(tmp_path):
+    """Issue 53: debug mode's reports (tlparse's, of each trace) come from one step after the workers, the launcher's
+    (after_workers.py), which train and opentc-run both take: opentc-run on its own rendered none. What a train job
+    leaves is the same list (tests/test_inductor.py, test_debug_mode_writes_the_trace_the_logs_and_tlparses_report)."""
+    debug = tmp_path / "debug"
+    debug.mkdir()   # a folder of the user's (train makes the job's)
+    ran = subprocess.run([str(a) for a in [BIN / "opentc-run", "--standalone", "--nproc-per-node", "1", "--backend",
+                                           "inductor", "--device", "cpu", "--debug-mode", "true", "--debug-dir", debug,
+                                           SCRIPTS / "compile" / "inductor_loop.py", "--steps", "2"]],
+                         env=clean_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    kinds, traces, reports = debug_artefacts(debug)
+    assert kinds == ["tlparse", "torch_logs.txt", "torch_trace"] and traces == reports == 1, (kinds, traces, reports)
+    assert "debug mode: tlparse's report of " in ran.stderr + ran.stdout
 
 
 def test_the_work_after_the_workers_has_a_bound(make_job, tmp_path):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from conftest import launch_context
 from opentc_launcher.backend import LaunchRefused
 from opentc_launcher.decision import decide
 from opentc_launcher.identity import WorkerIdentity
@@ -50,9 +51,10 @@ def test_a_name_gets_the_same_answer_on_every_backend(backend):
     """Issue 31 D: a name some backend has is accepted on every backend (it does nothing where that backend is not
     the one running), "all" too; a name no backend has is refused on every backend."""
     for names in ("regional", "all", "regional,vec-isa", ""):
-        assert decide(WorkerOptions(backend=backend, device="cpu", defaults_off=names), 1, {}, 0).defaults_off == names
+        decided = decide(WorkerOptions(backend=backend, device="cpu", defaults_off=names), launch_context())
+        assert decided.defaults_off == names
     with pytest.raises(LaunchRefused) as refused:
-        decide(WorkerOptions(backend=backend, device="cpu", defaults_off="regional,fast"), 1, {}, 0)
+        decide(WorkerOptions(backend=backend, device="cpu", defaults_off="regional,fast"), launch_context())
     assert str(refused.value) == (f"--defaults-off {ACCEPTED}it names 'fast', which no backend has (the value: "
                                   f"'regional,fast').")
 
@@ -86,8 +88,8 @@ def test_the_hyperparameter_is_named_in_a_sagemaker_job():
     listed = JobSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: '["regional"]'}))
     assert listed.worker.defaults_off == "regional"
     with pytest.raises(LaunchRefused, match=f"^hyperparameter {DEFAULTS_OFF} accepts the compile-time defaults"):
-        decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="fast"), 1,
-               with_setting_names({}, settings), 0)
+        decide(WorkerOptions(backend="inductor", device="cpu", defaults_off="fast"),
+               launch_context(env=with_setting_names({}, settings)))
     with pytest.raises(BadInput, match=f"hyperparameter {DEFAULTS_OFF} has the value 3, which is not accepted"):
         JobSettings.from_hyperparameters(decode_hyperparameters({DEFAULTS_OFF: "3"}))
 

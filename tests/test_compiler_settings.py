@@ -3,6 +3,7 @@
 
 import pytest
 
+from conftest import launch_context
 from opentc_launcher.api import compiler_environment
 from opentc_launcher.identity import WorkerIdentity
 from opentc_launcher.inductor.trace_report import debug_environment as inductor_debug_environment
@@ -59,7 +60,8 @@ def test_library_patches_off_says_every_library_that_runs_as_installed_torchs_ch
     same switch leaves failing."""
     from opentc_launcher.registry import backend_named
 
-    notes = backend_named("xla").launch_notes(WorkerOptions(backend="xla", device="cpu", library_patches=False), 0, {})
+    notes = backend_named("xla").launch_notes(WorkerOptions(backend="xla", device="cpu", library_patches=False),
+                                              launch_context())
     (line,) = [note for note in notes if note.startswith("library patches off")]
     assert line.startswith("library patches off (--library-patches false): accelerate, safetensors, torch, torch_xla "
                            "and transformers run as installed, torch's own included (torch.utils.checkpoint: "
@@ -100,7 +102,7 @@ def test_a_number_hyperparameter_that_is_not_a_plain_whole_number_is_refused_nam
 def env_for(backend="xla", gpus=0, base=None):
     """The environment for workers with these options (debug mode is not part of it: the session sets its switches
     in the worker's own process, below)."""
-    return compiler_environment(WorkerOptions(backend=backend, gpu_count=gpus), base or {})
+    return compiler_environment(WorkerOptions(backend=backend, gpu_count=gpus), launch_context(gpus, env=base))
 
 
 COMPILER_FOLDER = "/opt/ml/output/data/compiler"   # debug mode's folder in a job (plan.worker_options: test_plan)

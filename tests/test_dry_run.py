@@ -112,6 +112,25 @@ def test_a_requirement_that_would_move_torch_is_refused_before_paying(make_job):
     assert json.loads((job.config / "hyperparameters.json").read_text())   # the job is as it was
 
 
+def test_the_ledger_is_listed_for_the_versions_a_requirements_txt_would_install(make_job):
+    """Issue 53: a job pinned to transformers 4.38.0 (AWS's GPT-2 notebook's) is told before it runs which changes to
+    library code are known to apply there, which are not known until it runs, and that the rest stand as tested."""
+    job = make_job(script="argv_echo.py")
+    (job.root / "code" / "requirements.txt").write_text("transformers==4.38.0  # AWS's notebook\ndatasets\n")
+    done = dry_run(job)
+    assert done.returncode == 0, done.stderr[-3000:]
+    listed = done.stdout.split("library changes (xla: what the workers change in libraries' code, on the versions "
+                               "the job would run", 1)[1].splitlines()[1:]
+    assert ("  patch transformers-4-fp16-on-xla (transformers.training_args.get_xla_device_type): applies "
+            "(transformers 4.38.0: tests/test_aws_examples.py: AWS's GPT-2 notebook (run_clm.py))") in listed, listed
+    assert ("  patch transformers-masks-on-device (transformers.masking_utils.is_tracing): not known for transformers "
+            "4.38.0 (requirements.txt): its guard decides when the job starts") in listed, listed
+    assert ("  patch safetensors-save-from-xla (safetensors.torch._flatten_as_ptr): applies (safetensors 0.8.0: the "
+            "images' own version, tested)") in listed, listed
+    assert any(line.startswith("  observer host-reads-counted (torch.Tensor.item, ") and line.endswith(
+        "(stays with the patches off)") for line in listed), listed
+
+
 def test_a_requirements_file_that_is_not_utf8_is_refused_as_the_job_refuses_it(make_job):
     job = make_job(script="argv_echo.py")
     (job.root / "code" / "requirements.txt").write_bytes(b"six  # caf\xe9\n")

@@ -267,8 +267,8 @@ def test_a_stop_while_opentc_run_publishes_the_cache_ends_with_the_stops_exit_co
         os.close(lock)
     said = log.read_text()
     assert "Traceback" not in said, said[-3000:]
-    assert ("stopped by SIGTERM after every worker succeeded, while the compilation cache was being published: the "
-            "published cache is left as it was") in said, said[-3000:]
+    assert ("stopped by SIGTERM after every worker succeeded, while the compilation cache was being published to "
+            f"{cache_folder_for(str(cache), 'cpu')}: the published cache is left as it was") in said, said[-3000:]
     assert sorted(os.listdir(cache)) == [LOCK]   # nothing published, nothing half-written
 
 
@@ -343,3 +343,16 @@ def test_opentc_run_alone_has_debug_mode_and_gives_its_worker_the_environment_tr
     assert env["XLA_FLAGS"].startswith(f"--xla_cpu_enable_fast_math=false --xla_dump_to={debug}/xla_dump"), env
     assert list(debug.glob("XLA_METRICS_FILE*")), sorted(p.name for p in debug.iterdir())
     assert any(name.endswith(".txt") for name in os.listdir(debug / "xla_dump"))
+
+
+def test_opentc_run_dry_run_decides_the_launch_and_lists_the_ledger_without_starting_anything(tmp_path):
+    """Issue 53: what a launch would change in the libraries, known before it runs (nothing started, no folder made)."""
+    result = run([BIN / "opentc-run", "--dry-run", "--standalone", "--nproc-per-node", "2", "--backend", "inductor",
+                  "--defaults-off", "head", tmp_path / "never_run.py", "--epochs", "1"], tmp_path, TMPDIR=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "backend inductor on cpu, worker options: --backend inductor --device cpu" in result.stdout, result.stdout
+    assert f"script: {tmp_path / 'never_run.py'} --epochs 1" in result.stdout
+    assert ("  compile-time default trunk-behind-a-region-boundary (torch.nn.Module.forward): off (--defaults-off "
+            "head)") in result.stdout, result.stdout
+    assert "  compile-time default torch-compile-regional (torch.compile): applies (torch " in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "a dry run writes nothing"

@@ -56,18 +56,43 @@ def test_the_launcher_and_compare_stand_alone():
             assert not {t for t in targets if not t.startswith("opentc_compare")}, (name, targets)
 
 
-def test_the_toolkit_uses_the_launcher_only_through_its_public_face():
-    """Issue 41: opentc_launcher.api names what a front end may use; the rest of the launcher can change under it."""
-    reaching_in = {name: sorted(t for t in targets if t.startswith("opentc_launcher") and t != "opentc_launcher.api")
+# The launcher's two faces: the launch contract (api) and the small utilities both sides share (common).
+FACES = ("opentc_launcher.api", "opentc_launcher.common")
+
+
+def test_the_toolkit_uses_the_launcher_only_through_its_public_faces():
+    """Issue 41: opentc_launcher.api names what a front end may use; the rest of the launcher can change under it.
+    Issue 53: the utilities both sides use (printable, flag, prctl, write_json, ...) are opentc_launcher.common's."""
+    reaching_in = {name: sorted(t for t in targets if t.startswith("opentc_launcher") and t not in FACES)
                    for name, targets in graph().items() if name.startswith("opentc_toolkit")}
     assert not {name: targets for name, targets in reaching_in.items() if targets}, reaching_in
 
 
-def test_the_public_face_names_only_what_it_imports():
-    import opentc_launcher.api as api
+def test_the_images_build_scripts_use_the_launcher_only_through_its_public_faces():
+    """container/ (build_info.py's check of the XLA:CUDA plugin, help.py) is a front end too."""
+    names = {module_name(path, root) for root in PACKAGES.values() for path in root.rglob("*.py")}
+    reaching_in = {path.name: sorted(m for m in imports(path, path.stem, names)
+                                     if m.startswith("opentc_launcher") and m not in FACES)
+                   for path in (REPO / "container").glob("*.py")}
+    assert not {name: found for name, found in reaching_in.items() if found}, reaching_in
 
-    assert sorted(api.__all__) == sorted(name for name in vars(api) if not name.startswith("_")
-                                         and name not in {"annotations"})
+
+@pytest.mark.parametrize("face", FACES)
+def test_each_face_names_only_what_it_imports(face):
+    import importlib
+
+    module = importlib.import_module(face)
+    assert sorted(module.__all__) == sorted(name for name in vars(module) if not name.startswith("_")
+                                            and name not in {"annotations"})
+
+
+def test_the_faces_share_no_name_and_the_contract_holds_no_utility():
+    """A name is in one face: what a launch is (api), or a utility with no launch in it (common)."""
+    import opentc_launcher.api as api
+    import opentc_launcher.common as common
+
+    assert not set(api.__all__) & set(common.__all__)
+    assert len(api.__all__) <= 55, "the contract grows: is the new name a utility (common), or the launcher's own?"
 
 
 def test_no_module_imports_one_that_imports_it_back():

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import BIN, SCRIPTS, clean_env
 from opentc_launcher import era_patches
-from opentc_launcher.patching import LibraryPatch, NotNeeded, TargetChanged, apply
+from opentc_launcher.patching import LibraryChange, NotNeeded, TargetChanged, apply
 from opentc_launcher.xla import library_patches
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
@@ -97,7 +97,8 @@ def test_a_patch_waits_for_its_module_to_be_imported(tmp_path, monkeypatch, capl
         seen.append(module.VALUE)
         module.VALUE = "patched"
 
-    patch = LibraryPatch(name="test-patch", module="opentc_patch_target", why="a test", apply=apply)
+    patch = LibraryChange(name="test-patch", module="opentc_patch_target", target="opentc_patch_target.VALUE",
+                          why="a test", apply=apply)
     with caplog.at_level(logging.INFO, logger="opentc_launcher"):
         assert library_patches.install((patch,)) == ["test-patch"]
         assert seen == [] and "opentc_patch_target" not in sys.modules   # nothing imported early

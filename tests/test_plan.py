@@ -6,8 +6,10 @@ from types import MappingProxyType
 
 import pytest
 
-from opentc_launcher.decision import decide
+from conftest import launch_context
+from opentc_launcher.decision import LaunchRefused, decide
 from opentc_launcher.host import HostFacts
+from opentc_launcher.launch_context import LaunchContext
 from opentc_launcher.options import WorkerOptions
 from opentc_toolkit.contract import contract_environment
 from opentc_toolkit.distributions import Distribution
@@ -188,9 +190,33 @@ def test_the_decision_is_made_once_deciding_again_changes_nothing():
     for backend in ("xla", "inductor", "eager"):
         requested = WorkerOptions(backend=backend, cpu_multi_worker="unsynchronized")
         for gpus, world in [(0, 1), (0, 4), (8, 8)]:
-            decided = decide(requested, world, {}, gpus)
-            assert decided.device == ("cuda" if gpus else "cpu")
-            assert decide(decided, world, {}, gpus) == decided
+            decided = decide(requested, launch_context(gpus, world))
+            assert decided.device == ("cuda" if gpus else "cpu") and decided.gpu_count == gpus
+            assert decide(decided, launch_context(gpus, world)) == decided
+
+
+def test_backends_decide_from_the_host_the_launch_probed_not_from_a_probe_of_their_own():
+    """Issue 53: the context carries the host record; a driver too old for torch's CUDA, as the job's probe found it,
+    refuses the GPU launch (this machine has no driver at all: a probe of the backend's own would find nothing)."""
+    old_driver = HostFacts(cpus=2, gpus=1, driver_cuda=(11, 8), torch_cuda=(12, 6))
+    with pytest.raises(LaunchRefused, match=r"driver supports CUDA 11\.8; this image's torch .* built for CUDA 12\.6"):
+        decide(WorkerOptions(backend="eager"), LaunchContext(old_driver, 1, {}))
+
+
+def test_a_launch_handed_a_decision_neither_counts_the_gpus_nor_decides_again(monkeypatch):
+    """opentc-run started by train (or a worker started by opentc-run) gets --device and --gpu-count: it applies them.
+    Started with neither, it is the outermost launcher: it probes the host once, and decides."""
+    from opentc_launcher import decision, run
+
+    probed = []
+    monkeypatch.setattr(decision, "probe_host", lambda env: probed.append(1) or HostFacts(cpus=2, gpus=0))
+    handed = run.configure(["--dry-run", "--standalone", "--nproc-per-node", "2", "--backend", "eager", "--device",
+                            "cuda", "--gpu-count", "8", "train.py"])
+    assert probed == [] and (handed.options.device, handed.options.gpu_count) == ("cuda", 8)
+    own = run.configure(["--dry-run", "--standalone", "--nproc-per-node", "2", "--backend", "eager", "train.py"])
+    assert probed == [1] and (own.options.device, own.options.gpu_count) == ("cpu", 0)
+    decided = own.options
+    assert decision.decided_once(decided, launch_context(gpus=4)) is decided   # no second decision
 
 
 def test_hyperparameters_stay_one_argv_element_each():

@@ -5,6 +5,7 @@ rule is also exercised end to end by the job tests; here every branch is named, 
 import json
 import signal
 import time
+import types
 
 import pytest
 
@@ -16,6 +17,7 @@ from opentc_launcher.failure_records import (
     read_error_record,
     summarize_exception,
 )
+from opentc_launcher.options import WorkerOptions
 from opentc_toolkit.outcome import LauncherFailureReport, OutcomeKind, WorkerErrorFile, judge
 from opentc_toolkit.supervisor import ProcessResult
 
@@ -270,6 +272,7 @@ def test_a_stop_after_the_cache_was_published_does_not_say_the_publication_was_c
     from opentc_toolkit.wrap_up import wrap_up
 
     recorder = JobRecorder()
+    recorder.plan = types.SimpleNamespace(options=WorkerOptions(backend="eager"))   # no debug reports to make
     recorder.cache = Published()
     outcome = wrap_up(Outcome(exit_codes.OK), recorder, StopAfter(reads), {}, 30)
     assert outcome.stopped and outcome.exit_code == 143

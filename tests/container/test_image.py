@@ -135,6 +135,15 @@ print(json.dumps({"dists": {d.metadata["Name"].lower().replace("_", "-"): d.vers
     assert expected <= set(dists), sorted(dists)
 
 
+def test_every_library_change_does_what_the_ledger_says_on_this_images_stack(each_image):
+    """Issue 53: each change the image makes to library code, made for real in the image, does what the ledger
+    declares of the image's own versions (CI's venv has the xla image's stack; the inductor image's torch is only
+    here)."""
+    found = run(each_image, "python", "-m", "opentc_launcher.library_changes", "--verify", timeout=600)
+    assert found.returncode == 0, found.stdout[-3000:]
+    assert found.stdout.strip().splitlines()[-1].endswith("; 0 do not do what the ledger says here"), found.stdout
+
+
 def test_the_readme_says_which_gpus_each_image_serves_as_its_torch_says(each_image):
     """README's "Which image" table names the CUDA architectures each flavour's torch was built for."""
     flavour = flavour_of(each_image)

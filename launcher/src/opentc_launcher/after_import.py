@@ -43,6 +43,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             for callback in callbacks:
                 callback(module)
 
+        # not a library's code: the loader this import made for itself
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 

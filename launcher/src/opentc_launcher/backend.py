@@ -18,7 +18,9 @@ from typing import ClassVar
 
 from .cuda_driver import driver_problem
 from .identity import WorkerIdentity
+from .launch_context import LaunchContext
 from .options import WorkerOptions
+from .patching import LibraryChange
 from .published_cache import WorkingCopy
 from .script import Program
 from .setting_names import Setting
@@ -29,17 +31,18 @@ class LaunchRefused(Exception):
     """The launch cannot go ahead as configured; the message says why and what is accepted."""
 
 
-def cuda_or_cpu(requested: str, gpu_count: int, who: str, env: Mapping[str, str]) -> str:
+def cuda_or_cpu(requested: str, context: LaunchContext, who: str) -> str:
     """The device for backends that run on torch's own devices: cuda with a GPU visible, else cpu. On cuda, the
     host's driver must support the CUDA torch was built for (cuda_driver)."""
     if requested == "auto":
-        requested = "cuda" if gpu_count > 0 else "cpu"
+        requested = "cuda" if context.gpus > 0 else "cpu"
     if requested not in ("cuda", "cpu"):
         raise LaunchRefused(f"device {requested!r} is not accepted for {who}: use cuda or cpu, or auto (cuda when "
                             f"a GPU is visible, else cpu).")
-    if requested == "cuda" and gpu_count == 0:
+    if requested == "cuda" and context.gpus == 0:
         raise LaunchRefused(no_gpu_message("device cuda", f"{who} on a GPU"))
-    problem = driver_problem(env) if requested == "cuda" else None
+    host = context.host
+    problem = driver_problem(context.env, host.torch_cuda, host.driver_cuda) if requested == "cuda" else None
     if problem:
         raise LaunchRefused(problem)
     return requested
@@ -78,6 +81,8 @@ class CompilerBackend(ABC):
     optional_defaults: ClassVar[Mapping[str, str]] = MappingProxyType({})
     # The variable of debug mode's that logs what a finding of this backend's points to (setting_names), or None.
     debug_log: ClassVar[Setting | None] = None
+    # What its workers change in libraries' code beside what every worker does (the ledger: library_changes.py).
+    library_changes: ClassVar[tuple[LibraryChange, ...]] = ()
 
     def missing(self) -> str | None:
         """What this backend needs that is not installed here, in words (the xla backend in the inductor image), or
@@ -85,12 +90,11 @@ class CompilerBackend(ABC):
         return None
 
     @abstractmethod
-    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
+    def decide_device(self, requested: str, context: LaunchContext) -> str:
         """The device every worker uses (`requested` is an option's value, or auto); raises LaunchRefused."""
 
-    def multi_worker_refusal(self, options: WorkerOptions, world_size: int,
-                             env: Mapping[str, str]) -> str | None:
-        """Why `world_size` workers cannot run as decided (the message, with what works instead, in the words of the
+    def multi_worker_refusal(self, options: WorkerOptions, context: LaunchContext) -> str | None:
+        """Why the world's workers cannot run as decided (the message, with what works instead, in the words of the
         front end that started the launch: setting_names), or None."""
         return None
 
@@ -98,7 +102,7 @@ class CompilerBackend(ABC):
         """The warning every process prints when the launch runs anyway with a known flaw, or None."""
         return None
 
-    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
+    def launch_environment(self, context: LaunchContext) -> dict[str, str]:
         """Variables every worker's environment needs for this backend (a launcher keeps any the user set). Debug
         mode's switches are not among them: the worker option --debug-mode reaches the backend's session, which sets
         them in its own process (start)."""
@@ -120,9 +124,9 @@ class CompilerBackend(ABC):
         besides the workers' own files. The launcher runs them under its stop handling and time bound."""
         return []
 
-    def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
-        """Lines for the job's log about this launch (`env`: the container's environment)."""
-        return [f"{self.title} on {options.device} ({gpu_count} GPU(s) on this host)"]
+    def launch_notes(self, options: WorkerOptions, context: LaunchContext) -> list[str]:
+        """Lines for the job's log about this launch (`context.env`: the container's environment)."""
+        return [f"{self.title} on {options.device} ({context.gpus} GPU(s) on this host)"]
 
     @abstractmethod
     def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],

@@ -44,15 +44,17 @@ class Rendezvous:
 
 
 CACHE_COPY_OPENED = "--compile-cache-copy-opened"   # opentc-run's: the caller owns the working copy of the cache
+AFTER_WORKERS_BY_CALLER = "--after-workers-by-caller"   # opentc-run's: the caller does what follows the workers
 
 
 def run_argv(python: str, workers_per_host: int, *, failure_report: str, log_dir: str,
              rendezvous: Rendezvous | None = None, cache_copy_opened: bool = False) -> list[str]:
-    """opentc-run's command line up to the worker options: `workers_per_host` workers, on this host alone (a local
-    rendezvous on a free port: a single host never resolves its own name) or meeting the others at `rendezvous`;
-    `cache_copy_opened`: the caller opened the cache's working copy (--compile-cache-work-dir) and publishes it."""
+    """opentc-run's command line up to the worker options, for a front end that runs the after-workers step itself
+    (after_workers.py): `workers_per_host` workers, on this host alone (a local rendezvous on a free port: a single
+    host never resolves its own name) or meeting the others at `rendezvous`; `cache_copy_opened`: the caller opened
+    the cache's working copy (--compile-cache-work-dir) and publishes it."""
     argv = [*run_command(python), "--nproc-per-node", str(workers_per_host), "--failure-report", failure_report,
-            "--log-dir", log_dir, *([CACHE_COPY_OPENED] if cache_copy_opened else [])]
+            "--log-dir", log_dir, AFTER_WORKERS_BY_CALLER, *([CACHE_COPY_OPENED] if cache_copy_opened else [])]
     if rendezvous is None:
         return [*argv, "--standalone"]
     return [*argv, "--nnodes", str(rendezvous.nodes), "--node-rank", str(rendezvous.node_rank),

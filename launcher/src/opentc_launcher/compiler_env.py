@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from .launch_context import LaunchContext
 from .options import WorkerOptions
 from .registry import backend_named
 
@@ -25,10 +26,12 @@ class EnvironmentChanges:
     kept: Mapping[str, str]          # name -> the value already set, which stays
 
 
-def compiler_environment(options: WorkerOptions, base_env: Mapping[str, str]) -> EnvironmentChanges:
-    """The variables the workers need for `options.backend`; a variable `base_env` already sets is kept, never
-    overridden. The device is not among them: the launch decision is (decision.py)."""
-    wanted = backend_named(options.backend).launch_environment(gpu_count=options.gpus())
+def compiler_environment(options: WorkerOptions, context: LaunchContext) -> EnvironmentChanges:
+    """The variables the workers need for `options.backend`; a variable the environment the launch starts from
+    (`context.env`) already sets is kept, never overridden. The device is not among them: the launch decision is
+    (decision.py)."""
+    base_env = context.env
+    wanted = backend_named(options.backend).launch_environment(context)
     applied = {k: v for k, v in wanted.items() if k not in base_env}
     kept = {k: base_env[k] for k in wanted if k in base_env and base_env[k] != wanted[k]}
     return EnvironmentChanges(applied=MappingProxyType(applied), kept=MappingProxyType(kept))

@@ -91,10 +91,12 @@ def _xla_image(env: Mapping[str, str]) -> str:
             f"{MIN_LINUX_DRIVER.get(major, 'R' + str(major))} on")
 
 
-def driver_problem(env: Mapping[str, str]) -> str | None:
+def driver_problem(env: Mapping[str, str], needed: tuple[int, int] | None = None,
+                   found: tuple[int, int] | None = None) -> str | None:
     """Why this host's driver cannot run this torch's CUDA, with what to do; None when it can, or when either is
-    unknown (no driver mounted: the device check says there is no GPU; a CPU build of torch)."""
-    needed, found = torch_cuda_version(), driver_cuda_version()
+    unknown (no driver mounted: the device check says there is no GPU; a CPU build of torch). `needed` and `found`:
+    the CUDA torch was built for and the driver's, where the host was probed already (host.HostFacts)."""
+    needed, found = needed or torch_cuda_version(), found or driver_cuda_version()
     if needed is None or found is None or found >= (needed[0], 0):
         return None
     import importlib.metadata as metadata

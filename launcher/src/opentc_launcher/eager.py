@@ -5,10 +5,11 @@ Its session counts the optimizer steps like every backend's; it compiles nothing
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 
 from .backend import CompilerBackend, cuda_or_cpu
 from .identity import WorkerIdentity
+from .launch_context import LaunchContext
 from .options import WorkerOptions
 from .script import Program
 from .worker_session import WorkerSession
@@ -32,11 +33,11 @@ class EagerBackend(CompilerBackend):
     title = "plain PyTorch (no compiler)"
     compiles = False
 
-    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
-        return cuda_or_cpu(requested, gpu_count, "plain PyTorch", env)
+    def decide_device(self, requested: str, context: LaunchContext) -> str:
+        return cuda_or_cpu(requested, context, "plain PyTorch")
 
-    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
-        return library_environment(gpu_count)
+    def launch_environment(self, context: LaunchContext) -> dict[str, str]:
+        return library_environment(context.gpus)
 
     def start(self, options: WorkerOptions, identity: WorkerIdentity, environ: MutableMapping[str, str],
               program: Program) -> WorkerSession:

@@ -14,7 +14,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from .patching import LibraryPatch, NotNeeded, TargetChanged, arm, source_of
+from .patching import APPLIES, NOT_NEEDED, Known, LibraryChange, NotNeeded, TargetChanged, arm, source_of
 from .replace import replace_once
 from .setting_names import option_setting, setting
 
@@ -58,9 +58,10 @@ def _accept_dataloader_arguments(module: ModuleType) -> None:
     replace_once(accelerator, "__init__", init)
 
 
-ACCELERATE_DATALOADER_ARGUMENTS = LibraryPatch(
+ACCELERATE_DATALOADER_ARGUMENTS = LibraryChange(
     name="accelerate-takes-transformers-4-dataloader-arguments",
     module="accelerate.accelerator",
+    target="accelerate.accelerator.Accelerator.__init__",
     why="transformers 4.34 to 4.39's Trainer passes Accelerator() dispatch_batches and split_batches, which "
         "accelerate 1.0 moved into a DataLoaderConfiguration; they are put there",
     apply=_accept_dataloader_arguments,
@@ -89,29 +90,35 @@ def _honour_use_torch_xla(module: ModuleType) -> None:
     replace_once(module, "is_torch_tpu_available", is_torch_tpu_available)
 
 
-TRANSFORMERS_USE_TORCH_XLA = LibraryPatch(
+AWS_NOTEBOOK = "tests/test_aws_examples.py: AWS's GPT-2 notebook (run_clm.py), through train"
+TRANSFORMERS_USE_TORCH_XLA = LibraryChange(
     name="transformers-4-reads-use-torch-xla",
     module="transformers.utils.import_utils",
+    target="transformers.utils.import_utils.is_torch_tpu_available",
     why="transformers before 4.39 took the installed torch_xla for a TPU whatever USE_TORCH_XLA said, so a job "
         "with the compiler off ran its XLA paths; it reads USE_TORCH_XLA now, as later transformers do",
     apply=_honour_use_torch_xla,
     unpatched=UNPATCHED,
+    on_the_images=NOT_NEEDED,
+    known=(Known("transformers", ("4.38.0",), APPLIES, AWS_NOTEBOOK),),
 )
 
 # Before 4.18 the function lived in transformers.file_utils.
-TRANSFORMERS_FILE_UTILS_USE_TORCH_XLA = LibraryPatch(
+TRANSFORMERS_FILE_UTILS_USE_TORCH_XLA = LibraryChange(
     name="transformers-4-reads-use-torch-xla-in-file-utils",
     module="transformers.file_utils",
+    target="transformers.file_utils.is_torch_tpu_available",
     why=TRANSFORMERS_USE_TORCH_XLA.why,
     apply=_honour_use_torch_xla,
     unpatched=UNPATCHED,
+    on_the_images=NOT_NEEDED,
 )
 
-PATCHES: tuple[LibraryPatch, ...] = (ACCELERATE_DATALOADER_ARGUMENTS, TRANSFORMERS_USE_TORCH_XLA,
+PATCHES: tuple[LibraryChange, ...] = (ACCELERATE_DATALOADER_ARGUMENTS, TRANSFORMERS_USE_TORCH_XLA,
                                      TRANSFORMERS_FILE_UTILS_USE_TORCH_XLA)
 PATCHES_OFF = option_setting("library_patches", "false")
 
 
-def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
+def install(patches: tuple[LibraryChange, ...] = PATCHES) -> list[str]:
     """Arm them (patching.arm), for every backend. Returns the names armed."""
     return arm(patches, "for transformers 4.x scripts", setting(PATCHES_OFF))

@@ -30,6 +30,7 @@ from types import FrameType, ModuleType
 from typing import Any, TypedDict
 
 from .after_import import when_imported
+from .patching import OBSERVER, LibraryChange, arm_change
 from .replace import replace_once
 
 READ_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__", "__repr__")
@@ -106,7 +107,7 @@ class HostReads:
     _local: threading.local = field(default_factory=threading.local)
 
     def install(self) -> HostReads:
-        when_imported("torch", self._wrap_methods)
+        arm_change(CHANGE, self._wrap_methods)
         return self
 
     def step_ended(self) -> None:
@@ -210,6 +211,14 @@ class HostReads:
             sites=[ReadSite(where=where, reads=site.reads, steps=site.steps) for where, site in listed],
             left_out=dict(self.left_out),
         )
+
+
+CHANGE = LibraryChange(
+    name="host-reads-counted", module="torch", target=f"torch.Tensor.{', '.join(READ_METHODS)}", kind=OBSERVER,
+    apply=HostReads._wrap_methods,
+    why="each read of a device tensor back to the host, counted per optimizer step with its place (a type and device "
+        "check a read)",
+    unpatched="host reads are not counted (the compile report and the job summary have no host_reads)")
 
 
 def counted_words(device_type: str) -> str:

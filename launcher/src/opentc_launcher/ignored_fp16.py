@@ -11,7 +11,7 @@ import contextlib
 from types import ModuleType
 from typing import Any
 
-from .after_import import when_imported
+from .patching import OBSERVER, LibraryChange, arm_change
 from .replace import replace_once
 from .script_findings import ScriptFindings
 
@@ -34,7 +34,7 @@ class IgnoredFp16Check:
         self._said = False
 
     def install(self) -> IgnoredFp16Check:
-        when_imported("accelerate.accelerator", self._hook)
+        arm_change(CHANGE, self._hook)
         return self
 
     def _hook(self, module: ModuleType) -> None:
@@ -53,3 +53,10 @@ class IgnoredFp16Check:
         if not self._said and ignores_fp16(accelerator):
             self._said = True
             self.findings.add(FINDING)
+
+
+CHANGE = LibraryChange(
+    name="fp16-on-a-cpu-found", module="accelerate.accelerator", target="accelerate.accelerator.Accelerator.__init__",
+    kind=OBSERVER, apply=IgnoredFp16Check._hook,
+    why="a finding when fp16 mixed precision is asked of accelerate on a CPU, where it does nothing",
+    unpatched="fp16 asked on a CPU is not found")

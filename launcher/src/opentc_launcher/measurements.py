@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from .after_import import when_imported
+from .patching import OBSERVER, LibraryChange, arm_change
 from .replace import replace_once
 from .steps import StepCounter
 from .worker_record import Rates, StepTimes
@@ -50,7 +50,7 @@ class BatchWatch:
     def install(self) -> BatchWatch:
         global _current
         _current = self
-        when_imported("torch", _hook_dataloaders)
+        arm_change(BATCHES_COUNTED)
         return self
 
     def seen(self, batch: Any) -> None:
@@ -121,6 +121,13 @@ def _hook_dataloaders(_torch: ModuleType) -> None:
         return batch
 
     replace_once(iterator, "__next__", next_measured)
+
+
+BATCHES_COUNTED = LibraryChange(
+    name="batches-counted", module="torch", target="torch.utils.data.dataloader._BaseDataLoaderIter.__next__",
+    kind=OBSERVER, apply=_hook_dataloaders,
+    why="each batch a DataLoader hands out, with its samples and tokens, for the job summary's throughput",
+    unpatched="the job summary has no throughput of its own (the Trainer's may be known)")
 
 
 def host_peak_memory_mb() -> float:

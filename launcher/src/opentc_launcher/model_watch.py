@@ -19,8 +19,8 @@ import weakref
 from types import ModuleType
 from typing import Any
 
-from .after_import import when_imported
 from .mfu import shape_of
+from .patching import OBSERVER, LibraryChange, arm_change
 from .replace import replace_once
 from .worker_record import ModelFigures
 
@@ -41,10 +41,10 @@ class ModelWatch:
         self.figures: ModelFigures | None = None
 
     def install(self) -> ModelWatch:
-        when_imported("accelerate.accelerator", self._hook_accelerate)
-        when_imported("transformers.modeling_utils", self._hook_transformers)
-        when_imported("torch._dynamo.eval_frame", self._hook_compile)
-        when_imported("torch.amp.autocast_mode", self._hook_autocast)
+        arm_change(SEEN_IN_ACCELERATE, self._hook_accelerate)
+        arm_change(SEEN_MADE, self._hook_transformers)
+        arm_change(SEEN_COMPILED, self._hook_compile)
+        arm_change(AUTOCAST_SEEN, self._hook_autocast)
         return self
 
     def seen(self, model: Any, how: str) -> None:
@@ -75,9 +75,7 @@ class ModelWatch:
         replace_once(module.PreTrainedModel, "post_init", post_init)
 
     def _hook_compile(self, module: ModuleType) -> None:
-        optimized = getattr(module, "OptimizedModule", None)
-        if optimized is None:
-            return
+        optimized = module.OptimizedModule
         original = optimized.__init__
         watch = self
 
@@ -142,3 +140,27 @@ class ModelWatch:
         if torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest":
             return "tf32", "float32 matrix multiplies allowed to use TF32"
         return "fp32", "float32 weights, no mixed precision seen"
+
+
+SEES = "the model trained, for its MFU (its size, layers, width and the dtype its matrix multiplies run in)"
+SEEN_IN_ACCELERATE = LibraryChange(
+    name="model-seen-by-accelerate-prepare", module="accelerate.accelerator",
+    target="accelerate.accelerator.Accelerator.prepare_model", kind=OBSERVER, apply=ModelWatch._hook_accelerate,
+    why=f"{SEES}: each model Accelerate prepares (the Trainer's, every Accelerate script's) and its mixed precision",
+    unpatched="a model prepared by Accelerate is not seen, and its mixed precision not known (the MFU may be missing)")
+SEEN_MADE = LibraryChange(
+    name="model-seen-when-made", module="transformers.modeling_utils",
+    target="transformers.modeling_utils.PreTrainedModel.post_init", kind=OBSERVER, apply=ModelWatch._hook_transformers,
+    why=f"{SEES}: each transformers model made, which covers a plain loop that compiles nothing",
+    unpatched="a transformers model is not seen when made (the MFU may be missing)")
+SEEN_COMPILED = LibraryChange(
+    name="model-seen-by-torch-compile", module="torch._dynamo.eval_frame",
+    target="torch._dynamo.eval_frame.OptimizedModule.__init__", kind=OBSERVER, apply=ModelWatch._hook_compile,
+    why=f"{SEES}: the module given to torch.compile (torch's wrapper is made around it)",
+    unpatched="a module given to torch.compile is not seen (the MFU may be missing)")
+AUTOCAST_SEEN = LibraryChange(
+    name="autocast-dtype-seen", module="torch.amp.autocast_mode", target="torch.amp.autocast_mode.autocast.__enter__",
+    kind=OBSERVER, apply=ModelWatch._hook_autocast,
+    why="the dtype of CUDA's autocast, for the MFU's peak (bf16, fp16)",
+    unpatched="autocast's dtype is not known (the MFU takes float32's peak)")
+CHANGES = (SEEN_IN_ACCELERATE, SEEN_MADE, SEEN_COMPILED, AUTOCAST_SEEN)

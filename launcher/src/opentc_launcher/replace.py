@@ -1,5 +1,7 @@
-"""Putting a wrapper in place of a library's function, once: what the library patches, the spawned-process hook,
-XLA's sync hook and the DataLoader watch all do."""
+"""The only ways the image changes another library's code, each made by a change of the ledger (patching.py,
+library_changes.py): a wrapper put in place of a function, once (replace_once), or another value in place of an
+attribute (set_once). tests/test_library_changes.py holds every call of these to a function the ledger names, and
+finds any other change to a library's attributes."""
 
 from __future__ import annotations
 
@@ -19,3 +21,10 @@ def replace_once(owner: object, name: str, wrapper: Callable, key: str | None = 
     wrapper.__opentc_patches__ = applied | {key}  # type: ignore[attr-defined]
     wrapper.__wrapped__ = original   # type: ignore[attr-defined]
     setattr(owner, name, wrapper)
+
+
+def set_once(owner: object, name: str, value: object) -> None:
+    """Put `value` in place of owner.<name> (or add it), where the value cannot carry replace_once's marks (a
+    staticmethod, a partial, a module's missing name, an object standing in for a method). The caller knows whether
+    it is there already."""
+    setattr(owner, name, value)

@@ -20,16 +20,16 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from . import exit_codes
-from .commands import CACHE_COPY_OPENED, DEFAULT_MASTER_PORT, worker_command
-from .decision import LaunchRefused, decide, unsynchronized_warning
+from .after_workers import AfterWorkers
+from .commands import AFTER_WORKERS_BY_CALLER, CACHE_COPY_OPENED, DEFAULT_MASTER_PORT, worker_command
+from .decision import LaunchRefused, decided_once, host_for, unsynchronized_warning
 from .env_values import MAX_PORT, BadEnvironmentValue, number_from_env
 from .failure_records import LAUNCH, FailureRecord, read_error_file
 from .files import write_atomically
-from .gpus import visible_gpu_count
 from .launch_checks import (
     WATCHDOG_MARGIN,
     RendezvousWatchdog,
@@ -37,13 +37,15 @@ from .launch_checks import (
     option_problem,
     rendezvous_timeout,
 )
+from .launch_context import LaunchContext
+from .library_changes import listing as library_changes_listing
 from .option_folders import folder_problem
 from .options import WorkerOptions, add_worker_arguments
 from .process import configure_logging
 from .published_cache import WorkingCopy
 from .registry import BACKEND_DEFAULTS
 from .text import tail
-from .working_cache import own_working_copy, publish_working_copy
+from .working_cache import own_working_copy
 
 log = logging.getLogger("opentc_launcher")
 
@@ -75,12 +77,19 @@ def build_parser(env: Mapping[str, str] = os.environ) -> argparse.ArgumentParser
     parser.description = ("Launch a training script on its compiler backend (PyTorch/XLA, TorchInductor, or "
                           "none), one worker per device, with torchrun's options.")
     add_worker_arguments(parser, BACKEND_DEFAULTS)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="decide the launch and print it (the workers' options, and the library changes they "
+                             "would make on the versions installed here) and exit: nothing is started or written")
     parser.add_argument("--failure-report", default="", metavar="FILE",
                         help="when a worker fails, write the failure (rank, exit code, error) to FILE as JSON")
     parser.add_argument(CACHE_COPY_OPENED, action="store_true",
                         help="the program that starts opentc-run opened the working copy of the cache in "
                              "--compile-cache-work-dir and publishes it (the SageMaker toolkit does); without it, "
                              "opentc-run opens and publishes the copy itself")
+    parser.add_argument(AFTER_WORKERS_BY_CALLER, action="store_true",
+                        help="the program that starts opentc-run does what follows the workers (debug mode's reports, "
+                             "the cache's publication: the SageMaker toolkit does, within its own bound); without it, "
+                             "opentc-run does it after its workers")
     return parser
 
 
@@ -183,10 +192,11 @@ def configure(argv: list[str] | None = None) -> RunConfig:
                      "under its backend's bootstrap (opentc-worker)")
     from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
-    gpu_count = args.gpu_count if args.gpu_count >= 0 else visible_gpu_count()   # counted once, handed down
+    requested = WorkerOptions.from_namespace(args)
+    host = host_for(requested, os.environ)   # as a launcher above counted it, else probed once, here
     if args.master_port is None:   # torch >= 2.8 leaves it unset for run() to fill in; config_from_args needs it
         args.master_port = DEFAULT_MASTER_PORT
-    problem = resolve_standard_variables(args) or option_problem(args, gpu_count)
+    problem = resolve_standard_variables(args) or option_problem(args, host.gpus)
     if problem:
         _fail(args, exit_codes.BAD_INPUT, problem)
     apply_standalone(args)
@@ -196,17 +206,16 @@ def configure(argv: list[str] | None = None) -> RunConfig:
         args.tee = "2"
     world_size = parse_min_max_nnodes(args.nnodes)[1] * determine_local_world_size(args.nproc_per_node)
     try:
-        # Every worker gets the decision as its options.
-        options = decide(replace(WorkerOptions.from_namespace(args), gpu_count=gpu_count), world_size, os.environ,
-                         gpu_count)
+        # Every worker gets the decision as its options, and applies it.
+        options = decided_once(requested, LaunchContext(host, world_size, os.environ))
     except LaunchRefused as e:
         _fail(args, exit_codes.BAD_INPUT, str(e))
-    unusable = folder_problem(options)
+    unusable = None if args.dry_run else folder_problem(options)   # a dry run makes no folder
     if unusable:
         _fail(args, exit_codes.BAD_INPUT, unusable)
-    # Made once the launch is decided, so that a refused launch leaves no folder behind.
-    owns_log_dir = not args.log_dir
-    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="opentc-run-")
+    # Made once the launch is decided, so that a refused launch (or a dry run) leaves no folder behind.
+    owns_log_dir = not args.log_dir and not args.dry_run
+    args.log_dir = args.log_dir or ("" if args.dry_run else tempfile.mkdtemp(prefix="opentc-run-"))
     warning = unsynchronized_warning(options, world_size)
     if warning:
         log.warning("%s", warning)
@@ -230,7 +239,8 @@ def _as_workers(args: argparse.Namespace, options: WorkerOptions) -> None:
 
 def launch(config: RunConfig) -> NoReturn:
     """Run the workers and end with their outcome: 0, the failed worker's exit code (with its failure report), or
-    the stop's; the working copy of the cache, when this launcher owns one, is published after a success."""
+    the stop's; then, unless the caller does it, the after-workers step (after_workers.py: debug mode's reports, and
+    after a success the working copy of the cache, when this launcher owns one, published)."""
     options, cache = own_working_copy(config.options, config.log_dir, os.environ,
                                       opened_above=config.args.compile_cache_copy_opened)
     try:
@@ -271,6 +281,7 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
 
     watchdog = RendezvousWatchdog(rendezvous_timeout(args.rdzv_conf) + WATCHDOG_MARGIN, rendezvous_never_completed)
     watchdog.start()
+    exit_code = exit_codes.OK
     try:
         elastic_launch(launch_config, cmd)(*cmd_args)
     except ChildFailedError as e:
@@ -278,7 +289,7 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
         write_failure_report(args.failure_report, record)
         where = f"rank {record.rank}" if record.rank is not None else "a worker"
         log.error("%s failed with exit code %d: %s", where, record.exit_code, record.summary or "(no error record)")
-        sys.exit(record.exit_code)
+        exit_code = record.exit_code
     except SignalException as e:  # this launcher was stopped; torch has already stopped the workers
         log.error("stopped by %s", e.sigval.name)
         sys.exit(exit_codes.of_signal(e.sigval))
@@ -286,21 +297,39 @@ def _launch(config: RunConfig, options: WorkerOptions, cache: WorkingCopy | None
         _fail(args, *classify_launch_error(e, config.endpoint, config.node, f"{args.nproc_per_node} worker(s)"))
     finally:
         watchdog.disarm()
-    if cache is not None:
+    if not args.after_workers_by_caller:
+        # torch's stop handlers outlive the launch: a stop during the step lands here, as SignalException
+        step = AfterWorkers(options, cache, stops=(SignalException,))
         try:
-            log.info("compilation cache: %s", publish_working_copy(cache))
-        except OSError as e:
-            log.warning("compilation cache: not published: %s: %s", type(e).__name__, e)
-        except SignalException as e:   # torch's stop handlers outlive the launch: a stop now lands here
-            log.error("stopped by %s after every worker succeeded, while the compilation cache was being published: "
-                      "the published cache is left as it was", e.sigval.name)
+            step.run(succeeded=exit_code == exit_codes.OK)
+        except SignalException as e:
+            publishing = step.during.startswith("while the compilation cache was being published")
+            log.error("stopped by %s after %s, %s%s", e.sigval.name,
+                      "every worker succeeded" if exit_code == exit_codes.OK else "the workers ended", step.during,
+                      ": the published cache is left as it was" if publishing else "")
             sys.exit(exit_codes.of_signal(e.sigval))
-    sys.exit(exit_codes.OK)
+    sys.exit(exit_code)
+
+
+def dry_run(config: RunConfig) -> str:
+    """What the launch would run, decided: the world, the workers' options, and the ledger as they would meet it."""
+    args, options = config.args, config.options
+    lines = [f"opentc-run --dry-run (nothing was started or written): {args.nproc_per_node} worker(s) per host, "
+             f"hosts {args.nnodes}, rendezvous on {config.endpoint}",
+             f"backend {options.backend} on {options.device}, worker options: {' '.join(options.to_argv())}",
+             f"script: {' '.join([args.training_script, *args.training_script_args])}", "",
+             "library changes (what the workers change in libraries' code, on the versions installed here):",
+             *(f"  {line}" for line in library_changes_listing(options, os.environ))]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
     configure_logging()
-    launch(configure(argv))
+    config = configure(argv)
+    if config.args.dry_run:
+        print(dry_run(config))
+        sys.exit(exit_codes.OK)
+    launch(config)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from types import FunctionType, ModuleType
 from typing import Any
 
-from .patching import LibraryPatch, TargetChanged, arm, source_of
+from .patching import LibraryChange, TargetChanged, arm, source_of
 from .replace import replace_once
 from .setting_names import option_setting, setting
 
@@ -114,9 +114,10 @@ def _nan_inf_filter_on_device(module: ModuleType) -> None:
                  key="opentc.nan-inf-filter-on-device")
 
 
-NAN_INF_FILTER_ON_DEVICE = LibraryPatch(
+NAN_INF_FILTER_ON_DEVICE = LibraryChange(
     name="transformers-nan-inf-filter-on-device",
     module="transformers.trainer",
+    target="transformers.trainer.Trainer._run_epoch (the method that filters nan/inf losses, recompiled)",
     why="the Trainer's filter of nan/inf losses (logging_nan_inf_filter) read each step's loss back twice; the "
         "choice is made on the device, the running total the same",
     apply=_nan_inf_filter_on_device,
@@ -149,9 +150,10 @@ def _copies_without_waiting(module: ModuleType) -> None:
     replace_once(module, "send_to_device", send_to_device, key="opentc.copies-without-waiting")
 
 
-COPIES_WITHOUT_WAITING = LibraryPatch(
+COPIES_WITHOUT_WAITING = LibraryChange(
     name="accelerate-copies-batches-without-waiting",
     module="accelerate.data_loader",
+    target="accelerate.data_loader.send_to_device",
     why="accelerate copied each batch to the GPU and waited for the copy (non_blocking=False); the copy is "
         "asynchronous, from the pinned memory the Trainer's DataLoader gives it",
     apply=_copies_without_waiting,
@@ -182,9 +184,10 @@ def _notes_all_ones_masks(module: ModuleType) -> None:
     replace_once(module, "send_to_device", send_to_device, key="opentc.notes-all-ones-masks")
 
 
-NOTES_ALL_ONES_MASKS = LibraryPatch(
+NOTES_ALL_ONES_MASKS = LibraryChange(
     name="accelerate-notes-all-ones-masks",
     module="accelerate.data_loader",
+    target="accelerate.data_loader.send_to_device",
     why="a batch's attention mask with no padding is found so on the host, before its copy to the device, for "
         "transformers-masks-known-all-ones",
     apply=_notes_all_ones_masks,
@@ -211,9 +214,10 @@ def _trainer_keeps_mask_facts(module: ModuleType) -> None:
     replace_once(trainer, "_prepare_input", _prepare_input, key="opentc.trainer-keeps-mask-facts")
 
 
-TRAINER_KEEPS_MASK_FACTS = LibraryPatch(
+TRAINER_KEEPS_MASK_FACTS = LibraryChange(
     name="transformers-trainer-keeps-mask-facts",
     module="transformers.trainer",
+    target="transformers.trainer.Trainer._prepare_input",
     why="the Trainer's own move of a batch to its device copies it where the device is named differently; the copy "
         "of a mask found all ones is known so too, for transformers-masks-known-all-ones",
     apply=_trainer_keeps_mask_facts,
@@ -280,9 +284,11 @@ def _without_known_mask(original: Any, signature: inspect.Signature) -> Any:
     return create_mask
 
 
-MASKS_KNOWN_ALL_ONES = LibraryPatch(
+MASKS_KNOWN_ALL_ONES = LibraryChange(
     name="transformers-masks-known-all-ones",
     module="transformers.masking_utils",
+    target="transformers.masking_utils.create_causal_mask (and create_bidirectional_mask, "
+           "create_sliding_window_causal_mask, create_chunked_causal_mask)",
     why="masking_utils read the attention mask back in every forward pass to find it had no padding; a mask the "
         "host found so (accelerate-notes-all-ones-masks) is given as none, which is what masking_utils concludes",
     apply=_masks_known_all_ones,
@@ -333,18 +339,19 @@ def _collation_through_numpy(module: ModuleType) -> None:
                  key="opentc.collation-through-numpy")
 
 
-COLLATION_THROUGH_NUMPY = LibraryPatch(
+COLLATION_THROUGH_NUMPY = LibraryChange(
     name="transformers-collation-through-numpy",
     module="transformers.data.data_collator",
+    target="transformers.data.data_collator.torch_default_data_collator",
     why="default_data_collator made lists of token ids into tensors element by element; NumPy makes the same tensors",
     apply=_collation_through_numpy,
     unpatched="collation keeps its cost",
 )
 
-PATCHES: tuple[LibraryPatch, ...] = (NAN_INF_FILTER_ON_DEVICE, COPIES_WITHOUT_WAITING, NOTES_ALL_ONES_MASKS,
+PATCHES: tuple[LibraryChange, ...] = (NAN_INF_FILTER_ON_DEVICE, COPIES_WITHOUT_WAITING, NOTES_ALL_ONES_MASKS,
                                      TRAINER_KEEPS_MASK_FACTS, MASKS_KNOWN_ALL_ONES, COLLATION_THROUGH_NUMPY)
 
 
-def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
+def install(patches: tuple[LibraryChange, ...] = PATCHES) -> list[str]:
     """Arm them (patching.arm), for every backend. Returns the names armed."""
     return arm(patches, "for a Trainer step without host reads", setting(PATCHES_OFF))

@@ -12,7 +12,7 @@ import contextlib
 from types import ModuleType
 from typing import Any
 
-from .after_import import when_imported
+from .patching import OBSERVER, LibraryChange, arm_change
 from .replace import replace_once
 from .script_findings import ScriptFindings
 
@@ -36,7 +36,7 @@ class UnevenShardsCheck:
         self._said: set[tuple[int, int]] = set()
 
     def install(self) -> UnevenShardsCheck:
-        when_imported("torch", self._hook)
+        arm_change(CHANGE, self._hook)
         return self
 
     def _hook(self, _torch: ModuleType) -> None:
@@ -57,3 +57,10 @@ class UnevenShardsCheck:
         if problem:
             self._said.add((samples, ranks))
             self.findings.add(problem)
+
+
+CHANGE = LibraryChange(
+    name="uneven-shards-found", module="torch", target="torch.utils.data.distributed.DistributedSampler.__init__",
+    kind=OBSERVER, apply=UnevenShardsCheck._hook,
+    why="a finding when DistributedSampler cannot split the data set evenly among the ranks (it repeats samples)",
+    unpatched="uneven shards are not found")

@@ -19,10 +19,12 @@ from typing import NoReturn
 
 from . import exit_codes
 from .compiler_env import compiler_environment
-from .decision import LaunchRefused, decide, unsynchronized_warning
+from .decision import LaunchRefused, decided_once, host_for, unsynchronized_warning
 from .env_values import BadEnvironmentValue
 from .failure_records import missing_library, record_error, summarize_exception
 from .identity import WorkerIdentity
+from .launch_context import LaunchContext
+from .library_changes import patches_off_line
 from .option_folders import folder_problem
 from .options import WorkerOptions, add_worker_arguments
 from .process import (
@@ -121,9 +123,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     backend = backend_named(options.backend)
     try:
         identity = WorkerIdentity.from_env(os.environ)
-        # Started on its own, nothing is decided yet (auto); started by a launcher, its decision is checked again
-        # here, so a device this worker cannot use is refused as opentc-run refuses it, whoever chose it.
-        options = decide(options, identity.world_size, os.environ, options.gpus())
+        # Started by a launcher of ours, the launch is decided (--device, --gpu-count): applied as it is. Started on
+        # its own (torchrun, by hand), this worker is the outermost launcher: it probes the host and decides.
+        context = LaunchContext(host_for(options, os.environ), identity.world_size, os.environ)
+        options = decided_once(options, context)
         unusable = folder_problem(options)
         if unusable:
             refuse(unusable)
@@ -134,11 +137,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
         # What the backend needs in this process's environment that no launcher above set: opentc-run and
         # opentc-worker on their own (train's plan set it all). Before the backend imports its runtime, which reads
         # it; debug mode's switches are the session's own (backend.start).
-        own = compiler_environment(options, os.environ)
+        own = compiler_environment(options, context)
         if own.applied and identity.rank == 0:
             log.info("rank0: the %s environment this worker sets for itself (a launcher above set none of it): %s",
                      backend.title, " ".join(f"{k}={v}" for k, v in sorted(own.applied.items())))
         os.environ.update(own.applied)
+        if not options.library_patches and identity.rank == 0:
+            log.info("rank0: %s", patches_off_line(options, os.environ))
         session = backend.start(options, identity, os.environ, program)
     except (LaunchRefused, BadEnvironmentValue) as e:
         refuse(str(e))

@@ -39,6 +39,7 @@ from .measurements import (
 )
 from .model_watch import ModelWatch
 from .options import WorkerOptions
+from .patching import refused
 from .process_group import ProcessGroupWatch
 from .script_findings import ScriptFindings
 from .steps import StepCounter
@@ -128,6 +129,9 @@ class WorkerSession:
         """The compile report (file and log line) and the measurements, at the end or when a limit stops the
         process."""
         self.idle_optimizers.conclude()   # a verdict on the whole job, before the record that carries it
+        for refusal in refused():   # each logged when it happened: a finding too, so that the job summary has it
+            if refusal.finding() not in self.findings.found:
+                self.findings.found.append(refusal.finding())
         stats = step_statistics(self.steps, self.options.warmup_steps, self.compiled_at())
         reads = self.host_reads.figures() if self._watching_reads else None
         if reads is not None:

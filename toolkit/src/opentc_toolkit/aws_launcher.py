@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from opentc_launcher.api import whole_number
+from opentc_launcher.common import whole_number
 
 from .distributions import Distribution
 from .job import AdaptedJob, TrainingJob

@@ -22,7 +22,7 @@ import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from opentc_launcher.api import installed_version
+from opentc_launcher.common import installed_version
 
 SAGEMAKER_MASTER_PORT = 7777   # training.py's MASTER_PORT, and sagemaker-training's torchrun runner's
 NCCL_DEFAULTS = {"NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "WARN"}

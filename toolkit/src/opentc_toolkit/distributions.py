@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from opentc_launcher.api import flag
+from opentc_launcher.common import flag
 
 from .flags import boolean
 from .not_started import BadInput

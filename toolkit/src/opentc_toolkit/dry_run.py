@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO
 
-from opentc_launcher.api import backend_named
+from opentc_launcher.api import backend_named, library_changes_listing
 
 from .hf_stack import installed_family
 from .job import JobPaths
@@ -156,6 +156,14 @@ def render(job_plan: PlannedJob, launch: LaunchSettings, requirements: Installed
                       "workers, a file's name gets .rank<N>):",
                   *(hidden(f"  + {name}={short(value)}") for name, value in sorted(sets.items())),
                   *(hidden(f"  = {line}") for line in kept)]
+    # What the workers change in the libraries, on the versions the job would run: what requirements.txt installs
+    # instead of the image's (pip's resolution) judged by what the ledger knows.
+    moves = {change.name: change.after for change in requirements.resolution.changes} if requirements else {}
+    lines += ["", f"library changes ({settings.backend_name if settings.enabled else 'compiler off'}: what the "
+                  f"workers change in libraries' code, on the versions the job would run; docs/versions.md, "
+                  f"\"Library changes\"):",
+              *(f"  {line}" for line in library_changes_listing(
+                  plan.options, plan.command.env, moves, requirements.name if requirements else "requirements.txt"))]
     return "\n".join(lines)
 
 

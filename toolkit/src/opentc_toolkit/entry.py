@@ -46,7 +46,7 @@ from .outcome import (
     stopped_before_the_script,
 )
 from .peers import wait_for_hosts
-from .plan import LaunchPlan, LaunchSettings, plan_job, with_setting_names
+from .plan import LaunchPlan, LaunchSettings, plan_job
 from .requirements_install import install_requirements
 from .source import FetchStopped
 from .supervisor import JobStopped, Supervisor
@@ -61,7 +61,7 @@ def announce(job: TrainingJob, settings: JobSettings, plan: LaunchPlan, base_env
     if settings.enabled:
         log.info("Found configuration for Training Compiler")
         log.info("Configuring SM Training Compiler... (%s)", settings.backend_note())
-        for note in settings.backend.launch_notes(plan.options, job.num_gpus, with_setting_names(base_env, settings)):
+        for note in settings.backend.launch_notes(plan.options, plan.context):
             log.info("%s", note)
         if settings.debug:
             log.info("Training Compiler set to debug mode. This may impact performance. "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from opentc_launcher.api import flag
+from opentc_launcher.common import flag
 
 from .not_started import BadInput
 from .quoted import quoted

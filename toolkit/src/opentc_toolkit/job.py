@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from opentc_launcher.api import HostFacts, printable, probe_host
+from opentc_launcher.api import HostFacts, probe_host
+from opentc_launcher.common import printable
 
 from .job_files import MiB, read_regular
 from .job_settings import JobSettings

@@ -14,7 +14,6 @@ from opentc_launcher.api import (
     COMPILER_NAMES,
     COMPILER_OFF,
     FLAG,
-    MAX_DIGITS,
     NAMES,
     ONE_WORKER_PER_HOST,
     WHOLE,
@@ -28,9 +27,9 @@ from opentc_launcher.api import (
     off_names,
     option_setting,
     settable_options,
-    whole_number,
     why_default,
 )
+from opentc_launcher.common import MAX_DIGITS, whole_number
 
 from .distributions import XLA_MULTI_WORKER, Distribution, read_distribution
 from .flags import boolean as _boolean

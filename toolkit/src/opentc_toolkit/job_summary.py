@@ -33,14 +33,8 @@ from opentc_compare.summary import (
     headline,
 )
 from opentc_compare.summary import Outcome as JobOutcome
-from opentc_launcher.api import (
-    WorkerRecord,
-    WorkingCopy,
-    installed_version,
-    job_utilisation,
-    read_records,
-    write_json,
-)
+from opentc_launcher.api import WorkerRecord, WorkingCopy, job_utilisation, read_records
+from opentc_launcher.common import installed_version, write_json
 
 from .job import JobPaths, TrainingJob
 from .job_settings import JobSettings

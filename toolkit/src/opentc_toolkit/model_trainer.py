@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from opentc_launcher.api import whole_number
+from opentc_launcher.common import whole_number
 
 from .distributions import Distribution
 from .job import MAX_JOB_FILE_BYTES, AdaptedJob, TrainingJob

@@ -11,7 +11,8 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from opentc_launcher.api import LAUNCH, FailureRecord, exit_codes, printable, read_error_file, tail
+from opentc_launcher.api import LAUNCH, FailureRecord, exit_codes, read_error_file
+from opentc_launcher.common import printable, tail
 
 from .job import JobPaths
 from .supervisor import ProcessResult

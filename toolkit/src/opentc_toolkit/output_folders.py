@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 
-from opentc_launcher.api import unwritable
+from opentc_launcher.common import unwritable
 
 from .job import JobPaths
 from .not_started import BadInput

@@ -22,20 +22,19 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from opentc_launcher.api import (
-    MAX_PORT,
     SETTING_NAMES_VARIABLE,
-    BadEnvironmentValue,
+    LaunchContext,
     LaunchRefused,
     Rendezvous,
     WorkerOptions,
     compiler_environment,
     decide,
-    number_from_env,
     run_argv,
     too_many_workers,
     with_working_copy,
     worker_command,
 )
+from opentc_launcher.common import MAX_PORT, BadEnvironmentValue, number_from_env
 
 from .aws_launcher import adapt_aws_launcher
 from .contract import SAGEMAKER_MASTER_PORT, contract_environment, network_interfaces
@@ -114,6 +113,7 @@ class World:
 class LaunchPlan:
     command: Command                  # what the supervisor runs
     options: WorkerOptions            # what every worker runs with (the decided device included)
+    context: LaunchContext            # what it was decided by: the machine, the world, the environment
     world: World
     peers: tuple[str, ...]            # other hosts that must resolve before the launch
     failure_source: FailureSource     # where the failed worker's own account of it will be
@@ -159,11 +159,17 @@ def plan_world(job: TrainingJob, settings: JobSettings, launch: LaunchSettings) 
     return world, others
 
 
-def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> WorkerOptions:
+def launch_context(settings: JobSettings, job: TrainingJob, world: World, env: Mapping[str, str]) -> LaunchContext:
+    """What the launch is decided by: the machine the job read (probed once), the world, and the container's
+    environment with the hyperparameters' names for the launcher's settings."""
+    return LaunchContext(job.machine, world.size, with_setting_names(env, settings))
+
+
+def worker_options(settings: JobSettings, job: TrainingJob, context: LaunchContext) -> WorkerOptions:
     """What every worker runs with; the device and the CPU multi-worker policy decided for this world. The options
     the hyperparameters set reach the workers with the compiler off too (eager ignores what it has no use for)."""
     # Debug mode is the compiler's: with the compiler off the workers do not get it (entry.announce says so).
-    requested = replace(settings.worker, backend="eager", gpu_count=job.num_gpus, debug_mode=False)
+    requested = replace(settings.worker, backend="eager", debug_mode=False)
     if settings.enabled:
         cache_dir = ""
         if settings.cache:
@@ -172,10 +178,9 @@ def worker_options(settings: JobSettings, job: TrainingJob, world: World, env: M
                             backend=settings.compiler_name,
                             compile_report_dir=job.paths.compiler_output,
                             compile_cache_dir=cache_dir,
-                            debug_dir=job.paths.compiler_output,
-                            gpu_count=job.num_gpus)
+                            debug_dir=job.paths.compiler_output)
     try:
-        return decide(requested, world.size, with_setting_names(env, settings), job.num_gpus)
+        return decide(requested, context)
     except LaunchRefused as e:
         raise BadInput(str(e)) from None
 
@@ -216,10 +221,11 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
     the run's own files.
     """
     world, peers = plan_world(job, settings, launch)
-    options = worker_options(settings, job, world, base_env)
+    context = launch_context(settings, job, world, base_env)
+    options = worker_options(settings, job, context)
     # The workers' records, and the working copy of the cache this run opens and publishes (entry, wrap_up).
     options = with_working_copy(replace(options, summary_dir=os.path.join(scratch, WORKER_RECORDS)), scratch)
-    changes = compiler_environment(options, base_env)
+    changes = compiler_environment(options, context)
     contract = contract_environment(job.hosts, job.script_env, launch.master_port, not settings.multi_worker,
                                     network_interfaces())
     decided = {**job.script_env, **contract.decided}
@@ -247,6 +253,7 @@ def build_plan(job: TrainingJob, settings: JobSettings, launch: LaunchSettings, 
         command=Command(argv=tuple(argv), env=MappingProxyType(env), cwd=code_dir,
                         workers_are_children=settings.multi_worker),
         options=options,
+        context=context,
         world=world,
         peers=peers,
         failure_source=failure_source,

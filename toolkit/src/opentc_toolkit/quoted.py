@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from opentc_launcher.api import printable
+from opentc_launcher.common import printable
 
 LIMIT = 60
 

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlparse
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
-from opentc_launcher.api import printable
+from opentc_launcher.common import printable
 
 from .job_files import MiB, read_regular
 from .not_started import BadInput

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from opentc_launcher.api import flag
+from opentc_launcher.common import flag
 
 from .distributions import asks
 from .not_started import BadInput

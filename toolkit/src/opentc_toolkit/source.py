@@ -10,7 +10,8 @@ import zlib
 from collections.abc import Callable
 from urllib.parse import unquote, urlparse
 
-from opentc_launcher.api import printable, why_not_a_script
+from opentc_launcher.api import why_not_a_script
+from opentc_launcher.common import printable
 
 from .job import TrainingJob
 from .not_started import BadInput, CodeNotFetched, JobNotStarted

@@ -26,7 +26,8 @@ from typing import IO, TextIO
 
 import psutil
 
-from opentc_launcher.api import PR_SET_CHILD_SUBREAPER, die_with_parent, exit_codes, prctl
+from opentc_launcher.api import exit_codes
+from opentc_launcher.common import PR_SET_CHILD_SUBREAPER, die_with_parent, prctl
 
 from .not_started import BadInput
 

@@ -16,10 +16,12 @@ from ..backend import CompilerBackend, FollowUp, cuda_or_cpu
 from ..eager import library_environment
 from ..env_values import keep_theirs
 from ..identity import WorkerIdentity
+from ..launch_context import LaunchContext
 from ..options import WorkerOptions
 from ..published_cache import WorkingCopy
 from ..script import Program
 from ..worker_session import WorkerSession
+from . import regional
 from .compile_time import OPTIONAL_DEFAULTS
 from .named_settings import DEBUG_LOG
 from .session import CACHE_VARIABLE, InductorSession, cache_folder_for
@@ -31,19 +33,20 @@ class InductorBackend(CompilerBackend):
     title = "torch.compile (TorchInductor)"
     optional_defaults = OPTIONAL_DEFAULTS
     debug_log = DEBUG_LOG
+    library_changes = regional.CHANGES
 
-    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
-        return cuda_or_cpu(requested, gpu_count, "TorchInductor", env)
+    def decide_device(self, requested: str, context: LaunchContext) -> str:
+        return cuda_or_cpu(requested, context, "TorchInductor")
 
-    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
+    def launch_environment(self, context: LaunchContext) -> dict[str, str]:
         return {
-            **library_environment(gpu_count),
+            **library_environment(context.gpus),
             # accelerate's Accelerator() (and so the Trainer) compiles the model with this backend.
             "ACCELERATE_DYNAMO_BACKEND": "inductor",
         }
 
-    def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
-        return [f"torch.compile (TorchInductor) on {options.device} ({gpu_count} GPU(s) on this host): Trainer "
+    def launch_notes(self, options: WorkerOptions, context: LaunchContext) -> list[str]:
+        return [f"torch.compile (TorchInductor) on {options.device} ({context.gpus} GPU(s) on this host): Trainer "
                 f"and Accelerate scripts compile by themselves (ACCELERATE_DYNAMO_BACKEND=inductor); a plain "
                 f"script compiles what it passes to torch.compile"]
 

@@ -34,10 +34,11 @@ from ..compile_progress import DEFAULT_DOES as PROGRESS_DOES
 from ..compile_progress import DEFAULT_NAME as PROGRESS
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
+from ..patching import arm_change
 from ..script import Program
 from ..setting_names import DEFAULTS_OFF, setting
 from . import regional, vec_isa
-from .named_settings import REGIONAL_OFF
+from .named_settings import PATCHES_OFF, REGIONAL_OFF
 
 log = logging.getLogger("opentc_launcher")
 
@@ -122,10 +123,17 @@ class CompileTimeDefaults:
         return True
 
     def _regional(self, environ: MutableMapping[str, str]) -> None:
-        if self._set(environ, "regional", regional.VARIABLE, "true"):
-            head = not self.options.is_off("head")
-            when_imported("accelerate.accelerator", lambda accelerator: self._refine_accelerate(accelerator, head))
-            when_imported("torch", lambda torch: regional.patch_torch_compile(torch, self._note_regional, head))
+        if not self._set(environ, "regional", regional.VARIABLE, "true"):
+            return
+        if not self.options.library_patches:   # torch.compile and accelerate's compile_regions as installed
+            self.state["regional"] += (f" (accelerate's own regional compilation: torch.compile and compile_regions "
+                                       f"run as installed, {setting(PATCHES_OFF)})")
+            return
+        head = not self.options.is_off("head")
+        arm_change(regional.ACCELERATE_COMPILE_REGIONS,
+                   lambda accelerator: self._refine_accelerate(accelerator, head))
+        arm_change(regional.TORCH_COMPILE,
+                   lambda torch: regional.patch_torch_compile(torch, self._note_regional, head))
 
     def _head_state(self) -> str:
         regional_state = self.state["regional"]
@@ -133,6 +141,8 @@ class CompileTimeDefaults:
             return "not needed: the whole model is compiled, its head with it (regional off)"
         if not regional_state.startswith("on"):
             return "not used: accelerate's own regional compilation runs (the user's variable)"
+        if not self.options.library_patches:
+            return f"off: it changes the model's forward, and the library patches are off ({setting(PATCHES_OFF)})"
         return "on: the model's own forward around its blocks (output layer, loss) compiled as one region"
 
     def _note_regional(self, words: str) -> None:

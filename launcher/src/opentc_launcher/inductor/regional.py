@@ -52,7 +52,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..replace import replace_once
+from ..patching import DEFAULT, LibraryChange
+from ..replace import replace_once, set_once
 from .repeated_blocks import repeated_kinds
 
 log = logging.getLogger("opentc_launcher")
@@ -154,7 +155,7 @@ def compile_head(model: Any, trunks: list[str], **compile_kwargs: Any) -> str:
 
     for name in trunks:
         trunk = getattr(model, name)
-        trunk.forward = RegionBoundary(trunk)
+        set_once(trunk, "forward", RegionBoundary(trunk))
     model.compile(**compile_kwargs)
     layers = [name for name, _ in model.named_children() if name not in trunks]
     holds = ", ".join(layers) if layers else "no layer of its own"
@@ -198,7 +199,7 @@ def patch_accelerator(accelerator: ModuleType, head: bool = True) -> bool:
     if any, runs."""
     if not callable(getattr(accelerator, "compile_regions", None)):
         return False
-    accelerator.compile_regions = functools.partial(compile_blocks, head=head)  # type: ignore[attr-defined]
+    set_once(accelerator, "compile_regions", functools.partial(compile_blocks, head=head))
     return True
 
 
@@ -251,3 +252,26 @@ def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None], 
         return torch_module.compiler.disable(model)
 
     replace_once(torch_module, "compile", compile)
+
+
+TORCH_COMPILE = LibraryChange(
+    name="torch-compile-regional", module="torch", target="torch.compile", kind=DEFAULT, default="regional",
+    backend="inductor", apply=patch_torch_compile,
+    why="a plain script's torch.compile(model) of a model with repeated blocks compiles each kind of block once, in "
+        "place, and returns torch's wrapper; anything else goes to torch's own",
+    unpatched="torch.compile(model) compiles the whole model as one graph")
+ACCELERATE_COMPILE_REGIONS = LibraryChange(
+    name="accelerate-compile-regions-in-place", module="accelerate.accelerator",
+    target="accelerate.accelerator.compile_regions", kind=DEFAULT, default="regional", backend="inductor",
+    apply=patch_accelerator,
+    why="Accelerator.prepare_model's regional compilation (the Trainer's) compiles the repeated blocks in place, "
+        "where accelerate's own makes a copy whose state_dict names carry _orig_mod.",
+    unpatched="accelerate's own compile_regions runs (ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION stays set)")
+HEAD_BOUNDARY = LibraryChange(
+    name="trunk-behind-a-region-boundary", module="torch.nn", target="torch.nn.Module.forward", kind=DEFAULT,
+    default="head", backend="inductor", apply=compile_head,
+    why="with the head compiled as one region, the forward of the model's part that holds its blocks (GPT-2's "
+        "transformer) is put behind a boundary where the compiled forward breaks and resumes (an instance's "
+        "forward, the model's own: the class is left alone)",
+    unpatched="the output layer and the loss run op by op")
+CHANGES = (TORCH_COMPILE, ACCELERATE_COMPILE_REGIONS, HEAD_BOUNDARY)

@@ -15,13 +15,15 @@ from ..compile_progress import DEFAULT_DOES as PROGRESS_DOES
 from ..compile_progress import DEFAULT_NAME as PROGRESS
 from ..identity import WorkerIdentity
 from ..installed import has_module
+from ..launch_context import LaunchContext
 from ..options import WorkerOptions
 from ..script import Program
 from ..setting_names import COMPILER_OFF, ONE_WORKER_PER_HOST, setting
 from ..worker_session import WorkerSession
+from . import library_patches, loss_scaling, spawned
 from .library_patches import PATCHES
 from .named_settings import DEBUG_LOG, INDUCTOR_INSTEAD, LIBRARY_PATCHES_OFF, UNSYNCHRONIZED
-from .session import PJRT_DEVICES, XlaSession, debug_switches, pjrt_device
+from .session import PJRT_DEVICES, PROCESS_GROUP_KEPT, STEP_MARKER, XlaSession, debug_switches, pjrt_device
 
 
 def patches_off_note(asked_by: str) -> str:
@@ -46,14 +48,16 @@ class XlaBackend(CompilerBackend):
     debug_log = DEBUG_LOG
     title = "PyTorch/XLA"
     optional_defaults = MappingProxyType({PROGRESS: PROGRESS_DOES})
+    library_changes = (*library_patches.PATCHES, loss_scaling.CHANGE, STEP_MARKER, spawned.CHANGE, PROCESS_GROUP_KEPT)
 
     def missing(self) -> str | None:
         if has_module("torch_xla"):
             return None
         return "PyTorch/XLA (the torch-xla package) is not installed here"
 
-    def decide_device(self, requested: str, env: Mapping[str, str], gpu_count: int) -> str:
+    def decide_device(self, requested: str, context: LaunchContext) -> str:
         """An explicit choice, else PJRT_DEVICE, else cuda when a GPU is visible, else cpu."""
+        env, gpu_count = context.env, context.gpus
         if requested == "auto":
             chosen = env.get("PJRT_DEVICE", "").strip().upper()
             if chosen and chosen not in PJRT_DEVICES.values():
@@ -66,8 +70,8 @@ class XlaBackend(CompilerBackend):
             raise LaunchRefused(no_gpu_message("PJRT_DEVICE=CUDA", "XLA:CUDA"))
         return requested
 
-    def multi_worker_refusal(self, options: WorkerOptions, world_size: int,
-                             env: Mapping[str, str]) -> str | None:
+    def multi_worker_refusal(self, options: WorkerOptions, context: LaunchContext) -> str | None:
+        world_size, env = context.world_size, context.env
         if options.device != "cpu" or world_size <= 1 or options.cpu_multi_worker == "unsynchronized":
             return None
         return (
@@ -89,7 +93,7 @@ class XlaBackend(CompilerBackend):
     def debug_switches(self, folder: str, env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
         return debug_switches(folder, env)
 
-    def launch_environment(self, *, gpu_count: int) -> dict[str, str]:
+    def launch_environment(self, context: LaunchContext) -> dict[str, str]:
         # transformers and accelerate take the XLA device only when told to.
         wanted = {"USE_TORCH_XLA": "1"}
         # torch_xla imports torch._inductor, whose import warms Inductor's compile-worker pool: a process that imports
@@ -97,13 +101,14 @@ class XlaBackend(CompilerBackend):
         # CPU per rank on a 2-core machine). torch skips the warm-up unless TORCH_WARM_POOL is "1"; a script that does
         # compile with Inductor still gets the pool, started at its first compilation.
         wanted["TORCH_WARM_POOL"] = "0"
-        if gpu_count > 0:
-            wanted["GPU_NUM_DEVICES"] = str(gpu_count)   # as AWS's images set it
+        if context.gpus > 0:
+            wanted["GPU_NUM_DEVICES"] = str(context.gpus)   # as AWS's images set it
         # Debug mode's switches are not among these: each worker sets them in its own process (xla.session).
         return wanted
 
-    def launch_notes(self, options: WorkerOptions, gpu_count: int, env: Mapping[str, str]) -> list[str]:
-        notes = [f"PyTorch/XLA on PJRT_DEVICE={pjrt_device(options)} ({gpu_count} GPU(s) on this host)"]
+    def launch_notes(self, options: WorkerOptions, context: LaunchContext) -> list[str]:
+        env = context.env
+        notes = [f"PyTorch/XLA on PJRT_DEVICE={pjrt_device(options)} ({context.gpus} GPU(s) on this host)"]
         if options.device == "cuda":
             from .cuda import status_line
 

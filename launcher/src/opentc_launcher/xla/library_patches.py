@@ -17,9 +17,9 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ..patching import LibraryPatch, NotNeeded, TargetChanged, arm
+from ..patching import APPLIES, NOT_NEEDED, Known, LibraryChange, NotNeeded, TargetChanged, arm
 from ..patching import source_of as _source
-from ..replace import replace_once
+from ..replace import replace_once, set_once
 from ..setting_names import setting
 from .named_settings import LIBRARY_PATCHES_OFF
 
@@ -54,9 +54,11 @@ def _treat_xla_as_traced(module: ModuleType) -> None:
     replace_once(module, "is_tracing", is_tracing)
 
 
-TRANSFORMERS_MASKS = LibraryPatch(
+TRANSFORMERS_MASKS = LibraryChange(
     name="transformers-masks-on-device",
     module="transformers.masking_utils",
+    target="transformers.masking_utils.is_tracing",
+    backend="xla",
     why="masking_utils reads the padding mask back to the host in every forward pass to decide whether SDPA "
         "can skip the mask; on XLA the mask is built on the device instead",
     apply=_treat_xla_as_traced,
@@ -95,9 +97,11 @@ def _single_process_gather(module: ModuleType) -> None:
     replace_once(module, "nested_xla_mesh_reduce", nested_xla_mesh_reduce)
 
 
-TRANSFORMERS_SINGLE_PROCESS_GATHER = LibraryPatch(
+TRANSFORMERS_SINGLE_PROCESS_GATHER = LibraryChange(
     name="transformers-single-process-gather",
     module="transformers.trainer_pt_utils",
+    target="transformers.trainer_pt_utils.nested_xla_mesh_reduce",
+    backend="xla",
     why="with one XLA process the Trainer's loss gather at logging steps (xm.mesh_reduce) is the identity; it "
         "is a copy to the CPU instead of a rendezvous of several graphs and host reads",
     apply=_single_process_gather,
@@ -132,9 +136,11 @@ def _save_xla_tensors_from_cpu(module: ModuleType) -> None:
     replace_once(module, "_flatten_as_ptr", _flatten_as_ptr)
 
 
-SAFETENSORS_SAVE = LibraryPatch(
+SAFETENSORS_SAVE = LibraryChange(
     name="safetensors-save-from-xla",
     module="safetensors.torch",
+    target="safetensors.torch._flatten_as_ptr",
+    backend="xla",
     why="safetensors cannot find the storage of an XLA tensor (\"invalid python storage\"), so save_pretrained "
         "and accelerate's save_model crashed on XLA; the tensors are copied to the CPU first, in one transfer",
     apply=_save_xla_tensors_from_cpu,
@@ -165,9 +171,11 @@ def _xla_storage_ids(module: ModuleType) -> None:
     replace_once(module, "id_tensor_storage", id_tensor_storage)
 
 
-ACCELERATE_STORAGE_IDS = LibraryPatch(
+ACCELERATE_STORAGE_IDS = LibraryChange(
     name="accelerate-xla-storage-ids",
     module="accelerate.utils.other",
+    target="accelerate.utils.other.id_tensor_storage",
+    backend="xla",
     why="accelerate's save_model looked for tied tensors by storage, which XLA tensors lack; they are told apart "
         "by torch-xla's tensor id instead",
     apply=_xla_storage_ids,
@@ -201,9 +209,11 @@ def _xla_grad_scaler(module: ModuleType) -> None:
     replace_once(module, "get_grad_scaler", get_grad_scaler)
 
 
-ACCELERATE_XLA_GRAD_SCALER = LibraryPatch(
+ACCELERATE_XLA_GRAD_SCALER = LibraryChange(
     name="accelerate-xla-grad-scaler",
     module="accelerate.accelerator",
+    target="accelerate.accelerator.get_grad_scaler",
+    backend="xla",
     why="fp16 on every XLA device gets torch-xla's GradScaler (accelerate gave XLA:CPU torch's, which reads the "
         "overflow check back to the host every step)",
     apply=_xla_grad_scaler,
@@ -231,9 +241,11 @@ def _scaler_sees_the_optimizer(module: ModuleType) -> None:
     replace_once(module, "patch_optimizer_step", patch_optimizer_step)
 
 
-ACCELERATE_SCALER_SEES_THE_OPTIMIZER = LibraryPatch(
+ACCELERATE_SCALER_SEES_THE_OPTIMIZER = LibraryChange(
     name="accelerate-scaler-sees-the-optimizer",
     module="accelerate.optimizer",
+    target="accelerate.optimizer.patch_optimizer_step",
+    backend="xla",
     why="accelerate's wrapper of the optimizer's step keeps the step's signature, so that torch-xla's GradScaler "
         "sees a sync-free optimizer's found_inf and skips the step on the device",
     apply=_scaler_sees_the_optimizer,
@@ -277,12 +289,14 @@ def _sync_free_default_optimizer(module: ModuleType) -> None:
         return
     get_optimizer_cls_and_kwargs.__opentc_patch__ = True  # type: ignore[attr-defined]
     get_optimizer_cls_and_kwargs.__wrapped__ = original   # type: ignore[attr-defined]
-    trainer.get_optimizer_cls_and_kwargs = staticmethod(get_optimizer_cls_and_kwargs)  # called on self
+    set_once(trainer, "get_optimizer_cls_and_kwargs", staticmethod(get_optimizer_cls_and_kwargs))  # called on self
 
 
-TRANSFORMERS_SYNC_FREE_OPTIMIZER = LibraryPatch(
+TRANSFORMERS_SYNC_FREE_OPTIMIZER = LibraryChange(
     name="transformers-sync-free-fp16-optimizer",
     module="transformers.trainer",
+    target="transformers.trainer.Trainer.get_optimizer_cls_and_kwargs",
+    backend="xla",
     why=f"a Trainer job with fp16 on XLA whose script chose no optimizer gets torch-xla's sync-free AdamW "
         f"(optim={SYNC_FREE_OPTIM}), which loss scaling steps without a host read",
     apply=_sync_free_default_optimizer,
@@ -313,13 +327,18 @@ def _xla_device_type_as_4x_knew_it(module: ModuleType) -> None:
     replace_once(module, "get_xla_device_type", get_xla_device_type)
 
 
-TRANSFORMERS_4_XLA_DEVICE_TYPE = LibraryPatch(
+TRANSFORMERS_4_XLA_DEVICE_TYPE = LibraryChange(
     name="transformers-4-fp16-on-xla",
     module="transformers.training_args",
+    target="transformers.training_args.get_xla_device_type",
+    backend="xla",
     why="transformers 4.x allowed fp16 on XLA only on a device torch-xla 1.x called \"GPU\", which torch-xla 2 "
         "calls \"CUDA\" (XLA:CPU \"CPU\"); both pass the check now, as every XLA device does from transformers 4.46",
     apply=_xla_device_type_as_4x_knew_it,
     unpatched="a script with fp16=True stops at TrainingArguments' device check",
+    on_the_images=NOT_NEEDED,
+    known=(Known("transformers", ("4.38.0",), APPLIES, "tests/test_aws_examples.py: AWS's GPT-2 notebook (run_clm.py)"),
+           Known("transformers", ("4.25.1",), APPLIES, "tests/test_aws_examples.py: AWS's single-GPU notebooks")),
 )
 
 
@@ -349,12 +368,14 @@ def _old_world_names(module: ModuleType) -> None:
 
     for name, function in (("xrt_world_size", xrt_world_size), ("get_ordinal", get_ordinal)):
         if not hasattr(module, name):
-            setattr(module, name, function)
+            set_once(module, name, function)
 
 
-TORCH_XLA_1_WORLD_NAMES = LibraryPatch(
+TORCH_XLA_1_WORLD_NAMES = LibraryChange(
     name="torch-xla-1-world-names",
     module="torch_xla.core.xla_model",
+    target="torch_xla.core.xla_model.xrt_world_size and get_ordinal (added where missing)",
+    backend="xla",
     why="transformers 4.x (before 4.3x) and accelerate 0.x call xm.xrt_world_size() and xm.get_ordinal(), torch-xla "
         "1.x's names, which torch-xla 2 keeps in torch_xla.runtime only; they answer as world_size() and "
         "global_ordinal() there",
@@ -388,14 +409,17 @@ def _no_local_rank_on_xla(module: ModuleType) -> None:
     replace_once(arguments, "__post_init__", post_init)
 
 
-TRANSFORMERS_4_NO_LOCAL_RANK_ON_XLA = LibraryPatch(
+TRANSFORMERS_4_NO_LOCAL_RANK_ON_XLA = LibraryChange(
     name="transformers-4-no-local-rank-on-xla",
     module="transformers.training_args",
+    target="transformers.training_args.TrainingArguments.__post_init__",
+    backend="xla",
     why="transformers before 4.29 took LOCAL_RANK for a torch.distributed job on XLA too (DDP, torch.distributed "
         "broadcasts); on an XLA device its local_rank stays -1, as under Training Compiler, and torch-xla counts "
         "the processes",
     apply=_no_local_rank_on_xla,
     unpatched="a Trainer script of transformers 4.x before 4.29 stops at torch.distributed on XLA",
+    on_the_images=NOT_NEEDED,
 )
 
 
@@ -448,9 +472,11 @@ def _register_xla_device_module(module: ModuleType) -> None:
     torch._register_device_module("xla", device_module)
 
 
-TORCH_CHECKPOINT_XLA_RNG = LibraryPatch(
+TORCH_CHECKPOINT_XLA_RNG = LibraryChange(
     name="torch-checkpoint-xla-rng",
     module="torch.utils.checkpoint",
+    target="torch.xla (a device module registered with torch._register_device_module)",
+    backend="xla",
     why="gradient checkpointing (torch.utils.checkpoint, transformers' gradient_checkpointing) failed on XLA for want "
         "of a torch.xla device module; torch-xla's RNG is registered as one, so the recompute draws the forward's "
         "dropout masks",
@@ -461,13 +487,13 @@ TORCH_CHECKPOINT_XLA_RNG = LibraryPatch(
 
 # Tied weights after the move to XLA need no patch: the worker turns on torch's own switch for it
 # (xla.parameters.keep_parameters_on_move), which keeps every Parameter, so accelerate's prepare keeps the ties.
-PATCHES: tuple[LibraryPatch, ...] = (TRANSFORMERS_MASKS, TRANSFORMERS_SINGLE_PROCESS_GATHER, SAFETENSORS_SAVE,
+PATCHES: tuple[LibraryChange, ...] = (TRANSFORMERS_MASKS, TRANSFORMERS_SINGLE_PROCESS_GATHER, SAFETENSORS_SAVE,
                                      ACCELERATE_STORAGE_IDS, ACCELERATE_XLA_GRAD_SCALER,
                                      ACCELERATE_SCALER_SEES_THE_OPTIMIZER, TRANSFORMERS_SYNC_FREE_OPTIMIZER,
                                      TRANSFORMERS_4_XLA_DEVICE_TYPE, TORCH_XLA_1_WORLD_NAMES,
                                      TRANSFORMERS_4_NO_LOCAL_RANK_ON_XLA, TORCH_CHECKPOINT_XLA_RNG)
 
 
-def install(patches: tuple[LibraryPatch, ...] = PATCHES) -> list[str]:
+def install(patches: tuple[LibraryChange, ...] = PATCHES) -> list[str]:
     """Arm every XLA patch (patching.arm). Returns the names armed."""
     return arm(patches, "for XLA", setting(LIBRARY_PATCHES_OFF))

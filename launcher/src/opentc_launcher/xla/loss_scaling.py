@@ -14,7 +14,7 @@ from collections import Counter
 from types import ModuleType
 from typing import Any
 
-from ..after_import import when_imported
+from ..patching import OBSERVER, LibraryChange, arm_change
 from ..replace import replace_once
 
 FIX = ("train in bf16 where the GPU has it (A100, A10G, L4, H100: no loss scaling at all), or scale with "
@@ -39,7 +39,7 @@ class LossScalingWatch:
         self.host_checks: Counter[str] = Counter()   # optimizer class -> steps its scaler checked on the host
 
     def install(self) -> LossScalingWatch:
-        when_imported("torch.amp.grad_scaler", self._hook)
+        arm_change(CHANGE, self._hook)
         return self
 
     def _hook(self, module: ModuleType) -> None:
@@ -70,3 +70,11 @@ class LossScalingWatch:
                      f"{checked} and skipped {'them' if skipped > 1 else 'it'}: the optimizer stepped "
                      f"{optimizer_steps} time(s).")
         return said
+
+
+CHANGE = LibraryChange(
+    name="loss-scaling-host-checks-counted", module="torch.amp.grad_scaler",
+    target="torch.amp.grad_scaler.GradScaler.step", kind=OBSERVER, backend="xla", apply=LossScalingWatch._hook,
+    why="which optimizers fp16 loss scaling stepped through torch's check of found_inf on the host, for the compile "
+        "report's host-read finding",
+    unpatched="a host-read finding does not say that loss scaling made the reads")

@@ -16,6 +16,7 @@ from ..compile_report import CompileReport, limit_message
 from ..env_values import keep_theirs
 from ..identity import WorkerIdentity, per_rank_files
 from ..options import WorkerOptions
+from ..patching import LAUNCH, OBSERVER, LibraryChange
 from ..replace import replace_once
 from ..worker_session import WorkerSession
 from .cache import open_cache
@@ -275,4 +276,18 @@ def init_xla_process_group() -> None:
             return None
         return original(backend, *args, **kwargs)
 
-    dist.init_process_group = init_process_group
+    replace_once(dist, "init_process_group", init_process_group)
+
+
+STEP_MARKER = LibraryChange(
+    name="xla-syncs-seen", module="torch_xla", target="torch_xla._XLAC._xla_step_marker", kind=OBSERVER, backend="xla",
+    apply=XlaSession._around_each_sync,
+    why="each sync (torch_xla.sync, xm.mark_step), around which the compile progress says what compiles for long, "
+        "and after which the compile monitor counts the graphs compiled (and stops a worker past --max-compilations)",
+    unpatched="no compile progress, no compile report, and no compilation limit")
+PROCESS_GROUP_KEPT = LibraryChange(
+    name="xla-process-group-kept", module="torch.distributed", target="torch.distributed.init_process_group",
+    kind=LAUNCH, backend="xla", apply=init_xla_process_group,
+    why="several XLA workers on GPUs (or TPUs) are put in an xla process group by the launcher; a script's own "
+        "init_process_group for that backend, as torch-xla's docs have scripts do, is then taken as done",
+    unpatched="a script that calls init_process_group('xla') fails: the default process group is initialised twice")

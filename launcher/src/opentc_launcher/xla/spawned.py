@@ -26,6 +26,7 @@ from .. import exit_codes
 from ..failure_records import read_error_record
 from ..identity import WorkerIdentity
 from ..options import WorkerOptions
+from ..patching import LAUNCH, LibraryChange
 from ..process import StoppedWithExitCode, configure_logging, exit_code_of
 from ..replace import replace_once
 from ..worker_session import WorkerSession
@@ -126,3 +127,11 @@ def follow_spawned_processes(options: WorkerOptions, identity: WorkerIdentity, a
 
     replace_once(pjrt, "run_multiprocess", run_multiprocess)
     return True
+
+
+CHANGE = LibraryChange(
+    name="spawned-processes-followed", module="torch_xla._internal.pjrt",
+    target="torch_xla._internal.pjrt.run_multiprocess", kind=LAUNCH, backend="xla", apply=follow_spawned_processes,
+    why="the processes a script starts with torch_xla.launch or xmp.spawn get the worker's set-up (the swap switch, "
+        "the cache, the compilation limit, the library patches as the worker has them, a compile report)",
+    unpatched="those processes get no compile report, cache, compilation limit or parameter swap switch")
