@@ -174,6 +174,21 @@ def test_like_for_like_trains_the_same_model_and_shape_in_the_trainer_and_the_pl
     assert {like.plain for like in kit.LIKE} == planned <= set(bench_worker.VARIANTS)
 
 
+def test_the_seeds_run_clm_jobs_keep_their_own_shape_and_compiler(tmp_path):
+    """Figure 4's jobs (the seeds' run_clm at its 8,000-token vocabulary), made by the same function as the
+    like-for-like jobs: their own hyperparameters, the compiler off and Inductor with its defaults."""
+    made = {}
+    for name in ("run-clm-off", "run-clm-inductor"):
+        kit.prepare_job(tmp_path / name, kit.GPU, tmp_path)
+        encoded = json.loads((tmp_path / name / "input" / "config" / "hyperparameters.json").read_text())
+        made[name] = {key: json.loads(value) for key, value in encoded.items()}
+    for name, compiler in (("run-clm-off", {"sagemaker_training_compiler_enabled": False}),
+                           ("run-clm-inductor", kit.INDUCTOR)):
+        assert {k: v for k, v in made[name].items() if k.startswith("sagemaker_training_compiler_")} == compiler
+        assert {k: made[name][k] for k in kit.GPU.run_clm} == kit.GPU.run_clm
+        assert made[name]["sagemaker_program"] == "run_clm_tiny.py" and made[name]["logging_steps"] == 10
+
+
 H100_MB = 81_559   # an H100 80GB's memory as CUDA gives it
 
 
