@@ -1,16 +1,34 @@
 """One measurement in a fresh process (so compile caches and imports never leak between measurements).
 
     python bench_worker.py --backend eager|xla|inductor --config tiny --seq 64 --batch 8 --steps 20 [--dynamic]
-                           [--cache-dir D] [--dtype bf16] [--regional]
+                           [--cache-dir D] [--dtype bf16] [--compile whole|blocks|head] [--dropout P]
+                           [--fused-adamw] [--overlap]
+    python bench_worker.py --variants eager,head,blocks,whole --config gpt2 ... (several in one process)
 
 Prints one JSON line: median steady-state step time, tokens/s, the model's FLOPs per token (6N plus attention, for
-MFU), graphs compiled, compile seconds, peak memory, and the time from BENCH_T0 (the parent's clock when it started
-this process) to the end of the first step. A batch that does not fit the GPU's memory prints {"oom": true, ...}
-instead (exit code 0): dev/gpu-kit's largest-batch search tries each batch in a fresh process.
-Inductor compiles the model with torch.compile (default mode), its caches in --cache-dir when given; with --regional
-that torch.compile is the Inductor backend's regional default's (each repeated block compiled in place, one graph
-shared: opentc_launcher.inductor.regional), else torch's own (the whole model, one graph).
---dtype bf16 runs the forward pass under bf16 autocast (mixed precision; the weights stay float32).
+MFU), graphs compiled, compile seconds, peak memory, host reads per step, and the time from BENCH_T0 (the parent's
+clock when it started this process) to the end of the first step. A batch that does not fit the GPU's memory prints
+{"oom": true, ...} instead (exit code 0): dev/gpu-kit's largest-batch search tries each batch in a fresh process.
+Inductor compiles the model with torch.compile (default mode), its caches in --cache-dir when given. --compile says
+what: `whole` (default) torch's own torch.compile(model), one graph; `blocks` each repeated block in place, one graph
+shared (opentc_launcher.inductor.regional: the regional default before it compiled the head); `head` the blocks and
+the model's own forward around them (lm_head and the loss) as a region too, as the image compiles a plain script's
+torch.compile(model) now. --regional is `--compile head`.
+--dtype bf16 runs the forward pass under bf16 autocast (mixed precision; the weights stay float32). --dropout sets
+GPT-2's three dropouts (default 0; GPT-2's own config has 0.1). --fused-adamw: torch's fused AdamW, the Trainer's
+default optimizer on torch >= 2.8.
+--overlap times the steps as a job's summary does: no synchronize after each step, so the host runs ahead of the GPU
+as a loop without host reads does, the batches copied from pinned memory without waiting; each step's time is the
+interval between the ends of two steps, and tokens/s is over the measured steps with one synchronize at their end.
+Without it each step ends with a synchronize and is timed alone.
+Host reads (opentc_launcher.host_reads, as every job's summary counts them: a device tensor read back by Python) are
+counted in every measured step; on a GPU, so are CUDA's synchronizing calls (torch.cuda.set_sync_debug_mode), the
+loop's own synchronize left out.
+--variants measures several in one process, each with a fresh model from the same seed, Dynamo reset and an Inductor
+cache of its own (cold: torch._inductor.utils.fresh_cache), one line each: `eager`, and Inductor's `blocks`, `head`
+and `whole` as --compile has them. It saves a process start per variant (about 20 s each on the lent H100), for the
+GPU kit's like-for-like figure. The first Inductor variant's compile seconds include Inductor's start in the process
+(its imports, its compile workers); peak memory on a CPU is the process's so far.
 Started by a launcher with several workers (WORLD_SIZE > 1: opentc-run, torchrun), it trains with
 DistributedDataParallel over NCCL on GPUs (gloo on CPUs), compiled as DDP(torch.compile(model)); rank 0 prints
 the line, with the world size, and tokens/s for the whole world.
@@ -18,12 +36,14 @@ the line, with the world size, and tokens/s for the whole world.
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import resource
 import statistics
 import tempfile
 import time
+import warnings
 
 CONFIGS = {
     # The sample job's model (sample/job/code/tiny-gpt2.json).
@@ -42,11 +62,15 @@ T5_CONFIGS = {"t5-2": 2, "t5-6": 6}
 LLAMA_CONFIGS = {"llama-2": 2}
 VOCAB = 2048
 VOCABS = {"gpt2": 50257}   # GPT-2's own; the smaller models keep a small vocabulary, as CPUs need
+SCOPES = ("whole", "blocks", "head")   # what Inductor compiles (--compile)
+VARIANTS = ("eager", *SCOPES)          # --variants: eager, or Inductor with that --compile
+SYNC_WARNING = "called a synchronizing CUDA operation"   # torch.cuda.set_sync_debug_mode("warn")'s words
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", choices=["eager", "xla", "inductor"], required=True)
+    p.add_argument("--backend", choices=["eager", "xla", "inductor"])
+    p.add_argument("--variants", default="", help=f"several in one process, comma-separated: {', '.join(VARIANTS)}")
     p.add_argument("--config", choices=sorted([*CONFIGS, *T5_CONFIGS, *LLAMA_CONFIGS]), default="tiny")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=64)
@@ -55,8 +79,20 @@ def main():
     p.add_argument("--dynamic", action="store_true", help="a different sequence length at every step")
     p.add_argument("--cache-dir", default="")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--regional", action="store_true", help="inductor: compile each repeated block in place")
+    p.add_argument("--compile", choices=SCOPES, default="whole", help="inductor: what is compiled")
+    p.add_argument("--regional", action="store_true", help="inductor: --compile head")
+    p.add_argument("--dropout", type=float, default=0.0, help="GPT-2's dropouts (residual, embedding, attention)")
+    p.add_argument("--fused-adamw", action="store_true", help="torch's fused AdamW")
+    p.add_argument("--overlap", action="store_true", help="no synchronize after each step (timed as a job is)")
     args = p.parse_args()
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if args.regional:
+        args.compile = "head"
+    if bool(variants) == bool(args.backend):
+        p.error("give either --backend or --variants")
+    if variants and (set(variants) - set(VARIANTS) or args.cache_dir or int(os.environ.get("WORLD_SIZE", "1")) > 1):
+        p.error(f"--variants {args.variants}: comma-separated among {', '.join(VARIANTS)}, on one process, each with "
+                f"a cache of its own (no --cache-dir)")
     t0 = float(os.environ.get("BENCH_T0", time.time()))
     if args.backend == "inductor":   # read when Inductor first compiles; without --cache-dir a cold one of its own
         cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="opentc-bench-inductor-")
@@ -93,24 +129,57 @@ def main():
         import torch.distributed as dist
 
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    reads = Reads(torch, device)
+    if not variants:
+        result = measure(args, args.backend, args.compile, device, finish_step, world, reads, t0)
+        if args.backend == "xla" and not result.get("oom"):
+            compile_time = met.metric_data("CompileTime")
+            result.update(graphs_compiled=int(met.counter_value("UncachedCompile") or 0),
+                          compile_s=compile_time[1] / 1e9 if compile_time else 0.0,
+                          cache_hits=int(met.counter_value("PersistentCacheHit") or 0))
+        if world > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            if int(os.environ.get("RANK", "0")) != 0:
+                return
+        print("BENCH_RESULT " + json.dumps(result), flush=True)
+        return
+    for variant in variants:   # each printed as it is done: a process stopped later keeps the ones before
+        backend, scope = ("eager", "whole") if variant == "eager" else ("inductor", variant)
+        with fresh_inductor_cache(backend):
+            result = measure(args, backend, scope, device, finish_step, world, reads, t0)
+        print("BENCH_RESULT " + json.dumps({"variant": variant, **result}), flush=True)
+        torch._dynamo.reset()   # the next measurement's Dynamo starts afresh (its compile callbacks too)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def measure(args, backend, scope, device, finish_step, world, reads, t0) -> dict:
+    """One measurement: a fresh model from seed 0, compiled as `backend` and `scope` say, trained for the warm-up
+    and measured steps; its row."""
+    import torch
+
     torch.manual_seed(0)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     vocab = VOCABS.get(args.config, VOCAB)
-    model = build_model(args.config, vocab, args.seq).to(device).train()
+    model = build_model(args.config, vocab, args.seq, args.dropout).to(device).train()
     flops = flops_per_token(model, args.seq)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    compile_seconds = []
+    parameters = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if args.fused_adamw else {}))
+    compile_seconds: list[float] = []
     regional_words: list[str] = []   # what regional compilation did (it says so when it compiles the model whole)
-    if args.backend == "inductor":
+    if backend == "inductor":
         from torch._dynamo import callback
+        from torch._dynamo.utils import counters
 
         started = []
         callback.on_compile_start(lambda *_: started.append(time.perf_counter()))
         callback.on_compile_end(lambda *_: compile_seconds.append(time.perf_counter() - started.pop()))
-        if args.regional:
-            from opentc_launcher.inductor.regional import patch_torch_compile
-
-            patch_torch_compile(torch, regional_words.append)
-        model = torch.compile(model)
+        counters.clear()
+        model = compile_model(torch, model, scope, regional_words.append)
     if world > 1:   # after compiling: DDP(torch.compile(model)) is the order that compiles (docs/compilers.md)
         from torch.nn.parallel import DistributedDataParallel
 
@@ -119,54 +188,131 @@ def main():
                 contextlib.nullcontext())
     generator = torch.Generator().manual_seed(int(os.environ.get("RANK", "0")))
     lengths = [args.seq - 8 * (i % 8) for i in range(args.warmup + args.steps)] if args.dynamic else None
-
-    times: list[float] = []
-    tokens: list[int] = []
     try:
-        loss = train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, times,
-                     tokens)
+        run = train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, reads)
     except torch.cuda.OutOfMemoryError:
-        print("BENCH_RESULT " + json.dumps({"oom": True, "backend": args.backend, "config": args.config,
-                                            "batch": args.batch, "seq": args.seq, "dtype": args.dtype}), flush=True)
-        return
-    first_step_end = FIRST_STEP_END[0]
-
+        reads.stop()
+        return {"oom": True, "backend": backend, "compile": scope, "config": args.config, "batch": args.batch,
+                "seq": args.seq, "dtype": args.dtype}
+    first_step_end = run.pop("first_step_end")
     result = {
-        "backend": args.backend, "regional": args.regional, "regional_words": regional_words, "config": args.config,
+        "backend": backend, "compile": scope if backend == "inductor" else None,
+        "regional": backend == "inductor" and scope != "whole",
+        "regional_words": regional_words, "config": args.config,
         "device": str(device),
         "batch": args.batch,
         "seq": args.seq, "dynamic": args.dynamic, "steps": args.steps, "dtype": args.dtype, "world": world,
-        "median_step_s": statistics.median(times),
-        "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times, strict=True)),
+        "dropout": args.dropout, "fused_adamw": args.fused_adamw,
+        "timing": "overlap" if args.overlap else "synchronized",
+        **run,
         "first_step_done_s": first_step_end - t0,
         "flops_per_token": flops,
-        "final_loss": float(loss.detach().to("cpu")),
+        "parameters": parameters,
         "peak_memory_mb": peak_memory_mb(device),
+        "device_memory_mb": (torch.cuda.get_device_properties(device).total_memory / 2**20
+                             if device.type == "cuda" else None),
     }
-    if args.backend == "xla":
-        compile_time = met.metric_data("CompileTime")
-        result.update(graphs_compiled=int(met.counter_value("UncachedCompile") or 0),
-                      compile_s=compile_time[1] / 1e9 if compile_time else 0.0,
-                      cache_hits=int(met.counter_value("PersistentCacheHit") or 0))
-    if args.backend == "inductor":
+    if backend == "inductor":
         from torch._dynamo.utils import counters
 
         result.update(graphs_compiled=int(counters["inductor"]["fxgraph_cache_miss"]),
                       compile_s=sum(compile_seconds),
                       cache_hits=int(counters["inductor"]["fxgraph_cache_hit"]))
-    if world > 1:
-        import torch.distributed as dist
+    return result
 
-        dist.destroy_process_group()
-        if int(os.environ.get("RANK", "0")) != 0:
+
+def compile_model(torch, model, scope: str, noted):
+    """The model compiled as --compile says: torch's own torch.compile (whole), or its blocks (and its head) in place,
+    as the image's regional compilation does for a plain script's torch.compile(model) (the model itself returned)."""
+    if scope == "whole":
+        return torch.compile(model)
+    from opentc_launcher.inductor.regional import compile_regions, why_whole
+
+    reason = why_whole(model, {})
+    if reason is not None:
+        noted(reason)
+        return torch.compile(model)
+    done = compile_regions(model, head=scope == "head")
+    noted(f"{done.blocks} repeated blocks compiled in place, {done.sharing()}, {done.rest()}")
+    return model
+
+
+def fresh_inductor_cache(backend: str):
+    """A cold Inductor cache of its own (a temporary folder, Inductor's in-memory caches cleared), for one of several
+    measurements in one process; nothing for eager."""
+    if backend != "inductor":
+        return contextlib.nullcontext()
+    from torch._inductor import utils
+
+    fresh = getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache   # renamed in torch 2.9
+    return fresh()
+
+
+class Reads:
+    """Host reads (opentc_launcher.host_reads.HostReads, as a job's summary counts them) and, on a GPU, CUDA's
+    synchronizing calls, in each measured step."""
+
+    def __init__(self, torch, device):
+        from opentc_launcher.host_reads import HostReads
+
+        self.torch = torch
+        self.host = HostReads(device.type if device.type in ("cuda", "cpu") else "xla").install()
+        self.syncs = device.type == "cuda" and hasattr(torch.cuda, "set_sync_debug_mode")
+        self.measuring = False
+        self.reads: list[int] = []
+        self.cuda_syncs: list[int] = []
+        self._recording = None
+        self._seen: list = []
+
+    def start(self) -> None:
+        """Each step's reads from here on are kept."""
+        self.host.step_ended()   # what came before belongs to no measured step
+        self.host.sites.clear()
+        self.measuring, self.reads, self.cuda_syncs = True, [], []
+        if self.syncs:
+            self._recording = warnings.catch_warnings(record=True)
+            self._seen = self._recording.__enter__()
+            warnings.simplefilter("always")
+            self.torch.cuda.set_sync_debug_mode("warn")
+
+    def step_ended(self) -> None:
+        self.host.step_ended()
+        if not self.measuring:
             return
-    print("BENCH_RESULT " + json.dumps(result), flush=True)
+        self.reads.append(self.host.per_step[-1])
+        if self._recording is not None:
+            self.cuda_syncs.append(sum(1 for w in self._seen if SYNC_WARNING in str(w.message)))
+            self._seen.clear()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """The loop's own synchronize, not counted."""
+        if self._recording is None:
+            yield
+            return
+        self.torch.cuda.set_sync_debug_mode(0)
+        try:
+            yield
+        finally:
+            self.torch.cuda.set_sync_debug_mode("warn")
+
+    def stop(self) -> dict:
+        """The measured steps' figures: the median reads a step, where they were, and CUDA's syncs (a GPU only)."""
+        self.measuring = False
+        if self._recording is not None:
+            self.torch.cuda.set_sync_debug_mode(0)
+            self._recording.__exit__(None, None, None)
+            self._recording = None
+        return {"host_reads_per_step": statistics.median(self.reads) if self.reads else None,
+                "host_reads_at": sorted(self.host.sites),
+                "cuda_syncs_per_step": statistics.median(self.cuda_syncs) if self.cuda_syncs else None}
 
 
-def build_model(name: str, vocab: int, seq: int):
-    """The model named, from a config, dropout off. No key/value cache in training (as the Trainer and the sample
-    set it): with one, the blocks return a cache that the next one extends, and regional compilation leaves such a
-    model whole (inductor/regional.py)."""
+def build_model(name: str, vocab: int, seq: int, dropout: float = 0.0):
+    """The model named, from a config, with `dropout` (GPT-2's residual, embedding and attention dropouts; the other
+    families none). No key/value cache in training (as the Trainer and the sample set it): with one, the blocks
+    return a cache that the next one extends, and regional compilation leaves such a model whole
+    (inductor/regional.py)."""
     if name in T5_CONFIGS:
         from transformers import T5Config, T5ForConditionalGeneration
 
@@ -182,36 +328,57 @@ def build_model(name: str, vocab: int, seq: int):
             num_hidden_layers=LLAMA_CONFIGS[name], max_position_embeddings=seq, use_cache=False))
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=seq, resid_pdrop=0.0, embd_pdrop=0.0,
-                                      attn_pdrop=0.0, use_cache=False, **CONFIGS[name]))
+    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=seq, resid_pdrop=dropout, embd_pdrop=dropout,
+                                      attn_pdrop=dropout, use_cache=False, **CONFIGS[name]))
 
 
-FIRST_STEP_END: list[float] = []
-
-
-def train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, times, tokens):
-    """The measured loop: warm-up steps, then the steps whose times and tokens are kept; the last loss."""
+def train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, reads) -> dict:
+    """The measured loop: warm-up steps, then the measured ones; their median time, tokens/s, the last loss, when the
+    first step ended (time.time()) and the measured steps' reads. Synchronized, each step is timed from its batch's
+    copy to its synchronize; with --overlap, from the end of the step before (its batch made and copied, from pinned
+    memory without waiting, inside it), and tokens/s is over all the measured steps, synchronized once at their end."""
     import torch
 
-    loss = None
+    pinned = args.overlap and device.type == "cuda"
+    times: list[float] = []
+    tokens: list[int] = []
+    loss, first_step_end, window_start = None, None, 0.0
+    end = time.perf_counter()
     for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            if args.overlap:
+                finish_step()
+                end = window_start = time.perf_counter()
+            reads.start()
         length = lengths[step] if lengths else args.seq
         batch = torch.randint(0, vocab, (args.batch, length), generator=generator)
-        start = time.perf_counter()
-        batch = batch.to(device)
+        if pinned:
+            batch = batch.pin_memory()
+        start = end if args.overlap else time.perf_counter()
+        batch = batch.to(device, non_blocking=pinned)
         with autocast:
             loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        finish_step()
-        elapsed = time.perf_counter() - start
-        if not FIRST_STEP_END:
-            FIRST_STEP_END.append(time.time())
+        reads.step_ended()
+        if not args.overlap:
+            with reads.paused():
+                finish_step()
+        end = time.perf_counter()
+        if first_step_end is None:
+            first_step_end = time.time()
         if step >= args.warmup:
-            times.append(elapsed)
+            times.append(end - start)
             tokens.append(args.batch * length * world)
-    return loss
+    figures = {"median_step_s": statistics.median(times),
+               "tokens_per_s": statistics.median(n / t for n, t in zip(tokens, times, strict=True))}
+    if args.overlap:
+        finish_step()
+        window = time.perf_counter() - window_start
+        figures.update(mean_step_s=window / len(times), tokens_per_s=sum(tokens) / window)
+    figures.update(reads.stop())
+    return {**figures, "final_loss": float(loss.detach().to("cpu")), "first_step_end": first_step_end}
 
 
 def flops_per_token(model, sequence: int | None = None) -> float:

@@ -5,6 +5,8 @@ import importlib
 import json
 import subprocess
 import sys
+import warnings
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +24,35 @@ def test_worker_measures_one_configuration():
     line = next(x for x in proc.stdout.splitlines() if x.startswith("BENCH_RESULT "))
     result = json.loads(line.split(" ", 1)[1])
     assert result["device"] == "cpu" and result["median_step_s"] > 0 and result["tokens_per_s"] > 0
+
+
+def test_on_a_gpu_the_plain_loop_counts_cudas_synchronizing_calls_but_not_its_own(monkeypatch):
+    """bench_worker counts, in each measured step on a GPU, CUDA's synchronizing calls as torch reports them under
+    torch.cuda.set_sync_debug_mode("warn") (a warning each), with the debug mode off around the loop's own
+    synchronize and after the measured steps. No GPU here: a stand-in for torch.cuda's debug mode, and the warnings
+    worded as torch words them."""
+    import bench_worker
+
+    from opentc_launcher import host_reads
+
+    monkeypatch.setattr(host_reads.HostReads, "install", lambda self: self)   # no tensor method wrapped here
+    modes = []
+    reads = bench_worker.Reads(SimpleNamespace(cuda=SimpleNamespace(set_sync_debug_mode=modes.append)),
+                               SimpleNamespace(type="cuda"))
+    filters = list(warnings.filters)
+    reads.step_ended()   # a warm-up step: not measured
+    reads.start()
+    warnings.warn(bench_worker.SYNC_WARNING, stacklevel=1)
+    warnings.warn("another warning", stacklevel=1)
+    reads.step_ended()
+    with reads.paused():
+        assert modes == ["warn", 0]
+    reads.step_ended()
+    warnings.warn(bench_worker.SYNC_WARNING, stacklevel=1)
+    warnings.warn(bench_worker.SYNC_WARNING, stacklevel=1)
+    reads.step_ended()
+    assert reads.stop() == {"host_reads_per_step": 0, "host_reads_at": [], "cuda_syncs_per_step": 1}   # 1, 0, 2
+    assert modes == ["warn", 0, "warn", 0] and warnings.filters == filters
 
 
 @pytest.mark.parametrize(("module", "name"), [

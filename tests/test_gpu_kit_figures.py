@@ -83,10 +83,12 @@ LAYOUT = kit.Layout("python3", "/tmp/work", "/tmp/out")
 
 
 @pytest.mark.parametrize(("figures", "expected"), [
-    ({1}, ["bench-eager", "bench-cold", "bench-warm"]),
-    ({2, 5}, ["clm-off", "clm-inductor", "clm-table", "nested"]),
-    ({3}, ["largest-eager", "largest-inductor"]),
-    ({6}, ["ddp-eager", "ddp-inductor"]),
+    ({1}, ["like-plain", "like-eager", "like-head", "like-before", "like-largest", "like-table"]),
+    ({2}, ["like-plain-whole", "like-whole", "like-sync-free"]),
+    ({3}, ["bench-eager", "bench-cold", "bench-warm"]),
+    ({4, 7}, ["clm-off", "clm-inductor", "clm-table", "nested"]),
+    ({5}, ["largest-eager", "largest-inductor"]),
+    ({8}, ["ddp-eager", "ddp-inductor"]),
 ])
 def test_run_figures_picks_the_install_steps_then_the_figures_asked_for_in_order(figures, expected):
     steps = kit.steps(LAYOUT, 2, kit.GPU)
@@ -110,6 +112,182 @@ def test_the_steps_run_in_the_order_of_their_value_each_after_what_it_builds_on(
     written = [a for s in steps for a in s.argv if a.startswith(LAYOUT.out)]
     assert written == [os.path.join(LAYOUT.out, "sample.png")]
     assert all(os.path.join(LAYOUT.work, s.job).startswith(LAYOUT.work) for s in steps if s.job)
+
+
+def test_steps_asked_for_by_key_run_after_the_install_in_the_plans_order():
+    steps = kit.steps(LAYOUT, 2, kit.GPU)
+    picked = [s.key for s in kit.chosen(steps, set(kit.FIGURES), {"clm-off", "like-table", "like-plain"})]
+    assert picked == ["venv", "link", "pip", "missing", "ours", "like-plain", "like-table", "clm-off"]
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["rehearse", "--steps", "like-plain,nope"], "--steps like-plain,nope: keys of the steps `dev/gpu-kit plan` "
+                                                 "lists, comma-separated: like-plain, like-eager, like-head"),
+    (["rehearse", "--steps", "venv"], "--steps venv: keys of the steps"),   # the install runs anyway
+    (["run", "--figures", "1", "--steps", "like-plain"], "--figures and --steps: give one of them"),
+])
+def test_steps_and_figures_asked_wrongly_are_refused_by_name(argv, said, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        kit.main([*argv, "--python", sys.executable])
+    assert stopped.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scale", [kit.GPU, kit.CPU])
+def test_like_for_like_trains_the_same_model_and_shape_in_the_trainer_and_the_plain_loop(scale, tmp_path):
+    """The Trainer's jobs (run_clm_tiny's hyperparameters) and the plain loop (bench_worker's arguments) agree on
+    the model (layers, heads, width, vocabulary, dropout), the batch, the sequence, the dtype and the optimizer; each
+    job's compiler settings are its variant's."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_worker
+
+    bench = dict(zip(scale.like_bench[::2], scale.like_bench[1::2], strict=False))
+    flags = set(scale.like_bench)
+    jobs = {}
+    for like in kit.LIKE:
+        job = tmp_path / f"like-{like.name}"
+        kit.prepare_job(job, scale, tmp_path)
+        encoded = json.loads((job / "input" / "config" / "hyperparameters.json").read_text())
+        jobs[like.name] = {key: json.loads(value) for key, value in encoded.items()}
+    clm = jobs["eager"]
+    model = dict(pair.split("=") for pair in clm["config_overrides"].split(","))
+    config = bench_worker.CONFIGS[bench["--config"]]
+    assert {k: int(model[k]) for k in config} == config
+    assert int(model.get("n_inner", 4 * int(model["n_embd"]))) == config.get("n_inner", 4 * config["n_embd"])
+    assert int(model["vocab_size"]) == bench_worker.VOCABS.get(bench["--config"], bench_worker.VOCAB)
+    assert {float(model[k]) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")} == {float(bench["--dropout"])}
+    assert clm["block_size"] == int(bench["--seq"]) and clm["per_device_train_batch_size"] == int(bench["--batch"])
+    assert clm["bf16"] is (bench["--dtype"] == "bf16")
+    assert (clm["optim"] == "adamw_torch_fused") is ("--fused-adamw" in flags) and "--overlap" in flags
+    assert all({k: v for k, v in job.items() if not k.startswith("sagemaker_") and k not in ("output_dir",)} ==
+               {k: v for k, v in clm.items() if not k.startswith("sagemaker_") and k not in ("output_dir",)}
+               for job in jobs.values())
+    compiler = {name: {k.removeprefix("sagemaker_training_compiler_"): v for k, v in job.items()
+                       if k.startswith("sagemaker_training_compiler_")} for name, job in jobs.items()}
+    assert compiler == {
+        "eager": {"enabled": False},
+        "before": {"enabled": True, "backend": "inductor", "defaults_off": "head", "library_patches": False},
+        "sync-free": {"enabled": True, "backend": "inductor", "defaults_off": "head"},
+        "head": {"enabled": True, "backend": "inductor"},
+        "whole": {"enabled": True, "backend": "inductor", "defaults_off": "regional"}}
+    planned = {v for variants in kit.PLAIN_VARIANTS.values() for v in variants.split(",")}
+    assert {like.plain for like in kit.LIKE} == planned <= set(bench_worker.VARIANTS)
+
+
+def test_the_seeds_run_clm_jobs_keep_their_own_shape_and_compiler(tmp_path):
+    """Figure 4's jobs (the seeds' run_clm at its 8,000-token vocabulary), made by the same function as the
+    like-for-like jobs: their own hyperparameters, the compiler off and Inductor with its defaults."""
+    made = {}
+    for name in ("run-clm-off", "run-clm-inductor"):
+        kit.prepare_job(tmp_path / name, kit.GPU, tmp_path)
+        encoded = json.loads((tmp_path / name / "input" / "config" / "hyperparameters.json").read_text())
+        made[name] = {key: json.loads(value) for key, value in encoded.items()}
+    for name, compiler in (("run-clm-off", {"sagemaker_training_compiler_enabled": False}),
+                           ("run-clm-inductor", kit.INDUCTOR)):
+        assert {k: v for k, v in made[name].items() if k.startswith("sagemaker_training_compiler_")} == compiler
+        assert {k: made[name][k] for k in kit.GPU.run_clm} == kit.GPU.run_clm
+        assert made[name]["sagemaker_program"] == "run_clm_tiny.py" and made[name]["logging_steps"] == 10
+
+
+H100_MB = 81_559   # an H100 80GB's memory as CUDA gives it
+
+
+def test_the_largest_batch_is_searched_from_what_the_memory_at_batch_8_predicts():
+    """Eager's row on the H100 (GPT-2 small at batch 8: 7,139 MB at the peak) predicts 96, the largest that fitted
+    there (112 did not); without a GPU's memory (the CPU rehearsal) the search starts where it always did."""
+    head = {"batch": 8, "peak_memory_mb": 7139.4, "parameters": 124_046_592, "device_memory_mb": H100_MB}
+    results = {"steps": [{"key": "like-plain", "status": "ok", "variants": {"head": head}}]}
+    assert kit.predicted_largest(results) == 96
+    inductor = {**head, "peak_memory_mb": 3883.0}   # Inductor's peak at batch 8 in the first figures
+    assert kit.predicted_largest({"steps": [{"key": "like-plain", "variants": {"head": inductor}}]}) == 264
+    for row in ({**head, "device_memory_mb": None}, {**head, "peak_memory_mb": 1000.0}):
+        assert kit.predicted_largest({"steps": [{"key": "like-plain", "variants": {"head": row}}]}) == 8
+    assert kit.predicted_largest({"steps": []}) == kit.LARGEST_START
+
+
+def test_the_compare_table_gets_the_like_for_like_jobs_that_succeeded_in_the_tables_order():
+    step = next(s for s in kit.steps(LAYOUT, 1, kit.GPU) if s.key == "like-table")
+    results = {"steps": [{"key": "like-head", "status": "ok"}, {"key": "like-eager", "status": "ok"},
+                         {"key": "like-before", "status": "exit code 1"}]}
+    assert kit.resolved(step.argv, results, LAYOUT) == [
+        LAYOUT.bin("opentc-compare"), LAYOUT.job("like-eager"), LAYOUT.job("like-head")]
+    largest = next(s for s in kit.steps(LAYOUT, 1, kit.GPU) if s.key == "like-largest")
+    assert kit.resolved(largest.argv, results, LAYOUT)[-2:] == ["--start", "8"]
+
+
+def plain(variant, step_s, compile_s=None, reads=0.0, syncs=None):
+    return {"variant": variant, "config": "gpt2", "batch": 8, "seq": 512, "dtype": "bf16", "dropout": 0.1,
+            "fused_adamw": True, "median_step_s": step_s, "tokens_per_s": 4096 / step_s,
+            "flops_per_token": GPT2_SMALL_FLOPS_PER_TOKEN, "compile_s": compile_s, "host_reads_per_step": reads,
+            "cuda_syncs_per_step": syncs, "peak_memory_mb": 4000.0}
+
+
+def trainer(step_s, compile_s=None, reads=0.0):
+    return {"median_step_s": step_s, "tokens_per_s": 4096 / step_s, "flops_per_token": None, "compile_s": compile_s,
+            "host_reads_per_step": reads, "peak_memory_mb": 5000.0, "dtype": "bf16"}
+
+
+def test_the_like_for_like_table_puts_each_trainer_job_beside_the_plain_loop_compiled_alike():
+    """Made-up figures, GPT-2 small on an H100: each variant's Trainer row, the plain loop compiled the same way
+    (its blocks-only row once), the Trainer's step over the plain loop's from tokens/s, MFU from the plain loop's
+    FLOPs where a CPU job's summary has none, and the issue's goals."""
+    results = {"gpu": "NVIDIA H100 80GB HBM3", "steps": [
+        {"key": "like-plain", "step": "the plain loop", "status": "ok", "seconds": 120, "expected_s": 130,
+         "variants": {"eager": plain("eager", 0.0468, reads=1.0, syncs=1.0), "head": plain("head", 0.0250, 20.0),
+                      "blocks": plain("blocks", 0.0280, 13.0)}},
+        {"key": "like-plain-whole", "step": "whole", "status": "ok", "expected_s": 90,
+         "variants": {"whole": plain("whole", 0.0267, 45.0)}},
+        {"key": "like-eager", "expected_s": 60, "step": "eager", "status": "ok", "result": trainer(0.0515, reads=0.0)},
+        {"key": "like-head", "expected_s": 60, "step": "head", "status": "ok", "result": trainer(0.0270, 22.0)},
+        {"key": "like-before", "expected_s": 60, "step": "before", "status": "ok",
+         "result": trainer(0.0480, 13.1, reads=3.0)},
+        {"key": "like-largest", "expected_s": 60, "step": "largest", "status": "ok", "result": {
+            "largest_batch": 264, "first_that_failed": 528, "settled": False, "tries": [
+                {"batch": 264, "seconds": 50.0, "tokens_per_s": 200_000.0,
+                 "flops_per_token": GPT2_SMALL_FLOPS_PER_TOKEN, "dtype": "bf16"},
+                {"batch": 528, "seconds": 45.0, "oom": True}]}},
+        {"key": "like-whole", "expected_s": 90, "step": "whole",
+         "status": "not started: 40 s of the budget left, it expects 90 s"},
+    ]}
+    text = kit.summary(results)
+    table = text[text.index(kit.LIKE_HEADER):]
+    rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    assert rows[0].startswith("| eager (the compiler off; the sync-free step on, as the image runs it) | the Trainer "
+                              "| 51.5 | 79,534 | 6.4% | | 0 | 5,000 | 1.10x |")
+    assert rows[1] == "| | the plain loop (eager) | 46.8 | 87,521 | 7.1% | | 1; 1 CUDA syncs | 4,000 | |"
+    assert rows[2].startswith("| Inductor, the defaults before: the blocks only, library patches off | the Trainer | "
+                              "48.0 | 85,333 | 6.9% | 13.1 | 3 | 5,000 | 1.71x |")
+    assert rows[3] == "| | the plain loop (blocks) | 28.0 | 146,286 | 11.8% | 13.0 | 0 | 4,000 | |"
+    assert rows[4].startswith("| Inductor, the defaults now: the blocks and the head, the sync-free step | the Trainer "
+                              "| 27.0 | 151,704 | 12.2% | 22.0 | 0 | 5,000 | 1.08x |")
+    assert rows[6] == ("| Inductor, the whole model, the sync-free step | the Trainer | not started: 40 s of the "
+                       "budget left, it expects 90 s | | | | | | |")
+    assert rows[7].startswith("| | the plain loop (whole) | 26.7 |")
+    assert len(rows) == 8   # the sync-free step alone was not in this call: no row
+    assert "- The Trainer's step over the plain loop's at the same shape (the goal: within 1.10x): eager 1.10x, " \
+           "before 1.71x, head 1.08x." in table
+    assert "- The Trainer with Inductor, the defaults now: 1.91x its eager speed (the goal: at least 1.5x)." in table
+    assert "- The Trainer's Inductor step, before and after: 48.0 -> 27.0 ms (median)." in table
+    assert "- Inductor's largest plain-loop batch (blocks and head): 264 (first that failed: 528, out of time: a " \
+           "lower bound; 2 tries), MFU there 16.1% (the goal: 30%)." in table
+    assert "| the plain loop | ok | 120 (130) | 3 measurements: the like-for-like table below | | | | |" in text
+    assert kit.like_table({"steps": [{"key": "clm-off", "status": "ok", "result": trainer(0.05)}]}, "") == []
+
+
+def test_a_jobs_summary_gives_its_row(tmp_path):
+    summary = {"backend": "inductor", "optimizer_steps": 40, "step_seconds": {"median": 0.027, "measured_steps": 35},
+               "throughput": {"tokens_per_second": 150_000.0}, "compile": {"seconds": 22.0, "graphs_compiled": 6},
+               "utilisation": {"mfu": 0.121, "flops_per_token": 798_543_360, "dtype": "bf16"},
+               "peak_memory_mb": 2600.0, "host_reads": {"per_step": 0, "every_step_at": []},
+               "first_step_seconds": 40.0, "wall_seconds": 55.0}
+    (tmp_path / "job" / "output" / "data").mkdir(parents=True)
+    (tmp_path / "job" / "output" / "data" / "job-summary.json").write_text(json.dumps(summary))
+    row = kit.job_row(tmp_path / "job")
+    assert {k: row[k] for k in ("median_step_s", "tokens_per_s", "compile_s", "host_reads_per_step", "mfu",
+                                "flops_per_token", "peak_memory_mb")} == {
+        "median_step_s": 0.027, "tokens_per_s": 150_000.0, "compile_s": 22.0, "host_reads_per_step": 0,
+        "mfu": 0.121, "flops_per_token": 798_543_360, "peak_memory_mb": 2600.0}
+    assert kit.job_row(tmp_path / "no-job") is None
 
 
 def test_the_largest_inductor_batch_is_searched_from_eagers():
