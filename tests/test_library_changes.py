@@ -212,7 +212,8 @@ def test_an_installed_version_the_ledger_does_not_know_is_checked_for_real(monke
 
 @pytest.mark.parametrize(("options", "off"), [
     ({}, set()),
-    ({"library_patches": False}, {PATCH, DEFAULT}),
+    ({"library_patches": False}, {PATCH}),          # a compile-time default has its own switch
+    ({"defaults_off": "regional"}, {"torch-compile-regional", "accelerate-compile-regions-in-place"}),
     ({"defaults_off": "head"}, {"trunk-behind-a-region-boundary"}),
 ])
 def test_what_is_off_is_what_the_settings_say(options, off):
@@ -227,23 +228,24 @@ def test_what_is_off_is_what_the_settings_say(options, off):
 @pytest.mark.slow
 @pytest.mark.inductor
 def test_library_patches_false_leaves_only_what_observes_and_what_the_launch_needs(make_job):
-    """The setting's help: every change that alters what a library does is off (patches, regional compilation's
-    torch.compile and compile_regions), the observers stay, and the worker's log names them. The script imports
-    every library the patches change, then reports what was made in its process."""
+    """The setting's help: every patch is off; the observers, the launch's own hooks and the compile-time defaults
+    (off by their own names) stay, and the worker's log names them. The script imports every library the patches
+    change, then reports what was made in its process."""
     job = make_job(script="library_changes_made.py", sagemaker_training_compiler_enabled=True,
                    sagemaker_training_compiler_backend="inductor", sagemaker_training_compiler_library_patches=False)
     result = run_train(job)
     assert result.returncode == 0, result.output[-4000:]
     seen = job.read_json("model/made.json")
     kinds = {c.name: c.kind for c in LEDGER}
-    assert {name: kinds[name] for name in seen["made"] if kinds[name] not in (OBSERVER, LAUNCH)} == {}
+    assert {name: kinds[name] for name in seen["made"] if kinds[name] not in (OBSERVER, LAUNCH, DEFAULT)} == {}
     assert {"host-reads-counted", "batches-counted", "model-seen-when-made"} <= set(seen["made"]), seen
-    assert seen["torch_compile_is_torchs"] and seen["compile_regions_is_accelerates"], seen
+    assert not seen["torch_compile_is_torchs"] and not seen["compile_regions_is_accelerates"], seen   # regional's
     assert seen["masks_as_installed"] and seen["collator_as_installed"], seen
     assert ("library patches off (sagemaker_training_compiler_library_patches=false): the libraries "
             "run as installed, but for what only observes (host-reads-counted, batches-counted") in result.output
-    assert "regional: on: ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=true (accelerate's own regional compilation" \
-        in result.output
+    defaults = result.output.split("and the compile-time defaults (head, regional), which ", 1)[1].split("\n")[0]
+    assert defaults == "hyperparameter sagemaker_training_compiler_defaults_off turns off", \
+        defaults
 
 
 def test_the_ledgers_table_in_the_docs_is_the_code():

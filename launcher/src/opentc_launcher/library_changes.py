@@ -92,9 +92,9 @@ def installed(distribution: str) -> str | None:
 
 def off_reason(change: LibraryChange, options: WorkerOptions, env: Mapping[str, str]) -> str | None:
     """Why a worker with `options` does not make `change` (its off switch, in the front end's words), or None."""
-    if change.kind in (PATCH, DEFAULT) and not options.library_patches:
+    if change.kind == PATCH and not options.library_patches:
         return f"off ({setting(PATCHES_OFF, env)})"
-    if change.kind == DEFAULT and options.is_off(change.default):
+    if change.kind == DEFAULT and options.is_off(change.default):   # a default has its own switch, not the patches'
         return f"off ({setting(option_setting('defaults_off', change.default), env)})"
     return None
 
@@ -194,19 +194,22 @@ def listing(options: WorkerOptions, env: Mapping[str, str], moves: Mapping[str, 
             said, reason = found.get(change.name, ("not checked", ""))
             status = (f"{said}{': ' + reason if reason else ''} (checked now: {change.distribution} "
                       f"{installed(change.distribution)} is not a version the ledger knows)")
-        stays = " (stays with the patches off)" if change.kind in (LAUNCH, OBSERVER) else ""
+        stays = " (stays with the patches off)" if change.kind in (LAUNCH, OBSERVER, DEFAULT) else ""
         lines.append(f"{change.kind} {change.name} ({change.target}): {status}{stays}")
     return lines
 
 
 def patches_off_line(options: WorkerOptions, env: Mapping[str, str]) -> str:
     """What a worker with the patches off still changes, by name (what it then runs as installed is the rest)."""
-    kept = [c for c in for_backend(options.backend) if c.kind in (LAUNCH, OBSERVER)]
+    kept = [c for c in for_backend(options.backend) if c.kind in (LAUNCH, OBSERVER, DEFAULT)]
     observers = ", ".join(c.name for c in kept if c.kind == OBSERVER)
     launch = ", ".join(c.name for c in kept if c.kind == LAUNCH)
+    defaults = sorted({c.default for c in kept if c.kind == DEFAULT})
     return (f"library patches off ({setting(PATCHES_OFF, env)}): the libraries run as installed, but for what only "
             f"observes ({observers}: counts, times and findings, never a result)"
-            + (f" and the launch's own ({launch})" if launch else ""))
+            + (f", the launch's own ({launch})" if launch else "")
+            + (f" and the compile-time defaults ({', '.join(defaults)}), which "
+               f"{setting(DEFAULTS_OFF, env)} turns off" if defaults else ""))
 
 
 # -- the command line ------------------------------------------------------------------------------------------

@@ -142,11 +142,10 @@ class WorkerOptions:
         help="apply the version-guarded fixes for libraries that mishandle XLA tensors (host reads every step, "
              "saving, tied weights: xla/library_patches.py), and on every backend those that take the Trainer's "
              "host reads out of its step (sync_free_step.py) and those that let a transformers 4.x script run on "
-             "the image's accelerate and torch-xla (era_patches.py); false: every change to a library's code that "
-             "alters what it does is off (these, and regional compilation's torch.compile and compile_regions), so "
-             "the libraries run as installed but for what only observes (counts, times, findings) and the launch's "
-             "own hooks (python -m opentc_launcher.library_changes lists every change, and the dry run each one's "
-             "state)",
+             "the image's accelerate and torch-xla (era_patches.py); false: these patches are off, so the libraries "
+             "run as installed but for what only observes (counts, times, findings), the launch's own hooks and the "
+             "compile-time defaults, which --defaults-off turns off (python -m opentc_launcher.library_changes lists "
+             "every change, and the dry run each one's state)",
         setting=AsSetting("the version-guarded fixes for libraries: on XLA, for those that mishandle XLA tensors "
                           "(host reads every step, saving: see [Hugging Face libraries on XLA]"
                           "(compilers.md#hugging-face-libraries-on-xla)); on every backend, for a Trainer step "
@@ -154,11 +153,10 @@ class WorkerOptions:
                           "(compilers.md#the-trainers-step-without-a-host-read-every-backend)) and for a "
                           "transformers 4.x script on the image's accelerate and torch-xla (see [Scripts pinned to "
                           "transformers 4.x](migrating-from-training-compiler.md#scripts-pinned-to-transformers-4x)); "
-                          "`false` turns off every change to a library's code that alters what it does (these "
-                          "patches, and regional compilation's `torch.compile` and `compile_regions`), so the "
-                          "libraries run as installed but for what only observes (counts, times and findings, never "
-                          "a result) and the launch's own hooks: [the ledger](versions.md#library-changes) lists "
-                          "every change, and `train --dry-run` each one's state"))
+                          "`false` turns these patches off, so the libraries run as installed but for what only "
+                          "observes (counts, times and findings, never a result), the launch's own hooks and the "
+                          "compile-time defaults, which have their own switch (`defaults_off`): [the ledger]"
+                          "(versions.md#library-changes) lists every change, and `train --dry-run` each one's state"))
     summary_dir: str = _option(
         "", metavar="DIR",
         help="write each worker's measurements (optimizer steps, step times, throughput from its batches, peak "

@@ -98,7 +98,7 @@ class LibraryChange:
         if self.kind == PATCH:
             return patches_off
         if self.kind == DEFAULT:
-            return f"{defaults_off} {self.default}, or {patches_off}"
+            return f"{defaults_off} {self.default}"
         if self.kind == LAUNCH:
             return "none: the launch needs it"
         return "none: it changes no result"

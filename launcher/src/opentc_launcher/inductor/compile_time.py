@@ -38,7 +38,7 @@ from ..patching import arm_change
 from ..script import Program
 from ..setting_names import DEFAULTS_OFF, setting
 from . import regional, vec_isa
-from .named_settings import PATCHES_OFF, REGIONAL_OFF
+from .named_settings import REGIONAL_OFF
 
 log = logging.getLogger("opentc_launcher")
 
@@ -123,11 +123,10 @@ class CompileTimeDefaults:
         return True
 
     def _regional(self, environ: MutableMapping[str, str]) -> None:
+        # A compile-time default, off by its own name (not with the library patches): with it off for a Trainer job,
+        # accelerate's own regional compilation would run, whose copy of the model fails save_pretrained on GPT-2's
+        # tied weights (regional.py).
         if not self._set(environ, "regional", regional.VARIABLE, "true"):
-            return
-        if not self.options.library_patches:   # torch.compile and accelerate's compile_regions as installed
-            self.state["regional"] += (f" (accelerate's own regional compilation: torch.compile and compile_regions "
-                                       f"run as installed, {setting(PATCHES_OFF)})")
             return
         head = not self.options.is_off("head")
         arm_change(regional.ACCELERATE_COMPILE_REGIONS,
@@ -141,8 +140,6 @@ class CompileTimeDefaults:
             return "not needed: the whole model is compiled, its head with it (regional off)"
         if not regional_state.startswith("on"):
             return "not used: accelerate's own regional compilation runs (the user's variable)"
-        if not self.options.library_patches:
-            return f"off: it changes the model's forward, and the library patches are off ({setting(PATCHES_OFF)})"
         return "on: the model's own forward around its blocks (output layer, loss) compiled as one region"
 
     def _note_regional(self, words: str) -> None:
