@@ -101,6 +101,24 @@ def test_dev_test_ends_with_its_time_line_when_lint_fails(tmp_path):
     assert (found := TIME_LINE.match(last)) and found[1] is None and found[2] == "1", done.stderr
 
 
+def test_dev_test_waits_for_the_container_tests_and_takes_their_exit_code(tmp_path):
+    """The container lane (dev/container-tests, here a stand-in that waits for the other tests as the real one does,
+    then fails) is waited for: its tests run after the others, its log is shown and its failure is dev/test's. Under
+    job control, setsid had forked the lane away and dev/test ended at once, exit code 0, the container tests never
+    run."""
+    repo = dev_test_copy(tmp_path, "exit 0")
+    lane = repo / "dev" / "container-tests"
+    lane.write_text('#!/bin/sh\nwhile [ ! -e "$OPENTC_CONTAINER_TESTS_AFTER" ]; do sleep 0.1; done\n'
+                    'echo "the container tests ran"\nexit 3\n')
+    lane.chmod(0o755)
+    done = subprocess.run([str(repo / "dev" / "test")], capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "OPENTC_CONTAINER_TESTS"})
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert "the container tests ran" in done.stdout, (done.stdout, done.stderr)
+    assert re.match(r"^dev/test: \d+ s in all: setup and lint \d+ s, the tests \d+ s, then the container tests \d+ s "
+                    r"\(exit code 3\)$", done.stderr.strip().splitlines()[-1]), done.stderr
+
+
 def test_a_stop_reaches_dev_tests_pytest_at_once_and_still_ends_with_the_time_line(tmp_path):
     """Issue 51 (8): a SIGTERM waited for pytest to end (114-288 s) before dev/test acted on it."""
     import signal
