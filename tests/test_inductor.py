@@ -101,7 +101,10 @@ def test_a_script_that_never_compiles_is_told_so_with_the_fix(make_job):
     assert result.returncode == 0, result.output[-5000:]
     report = job.compile_report()
     assert report["compilations"] == 0 and report["graphs_captured"] == 0
-    assert [f["problem"].split(":")[0] for f in report["findings"]] == ["nothing was compiled in this process"]
+    # The loop reads its loss back every step (it keeps them for its metrics): a finding of its own, where it is.
+    assert [f["problem"].split(":")[0] for f in report["findings"] if f["kind"] != "host_reads"] == [
+        "nothing was compiled in this process"], report["findings"]
+    assert all("compile/inductor_loop.py:" in f["problem"] for f in report["findings"] if f["kind"] == "host_reads")
     assert "model = torch.compile(model)" in report["findings"][0]["fix"]
     summary = [line for line in result.output.splitlines() if "rank0: compile report" in line]
     assert summary and "clean" not in summary[0], summary                  # never a silent "clean"
