@@ -2,7 +2,9 @@
 
 - inductor: a function compiled by torch.compile with a backend that sleeps --seconds before it gives the graph back
   (Dynamo's compile callbacks, which the Inductor backend's session follows, see it as any compilation);
-- xla: one graph of --ops chained matrix multiplies, which XLA takes seconds to compile.
+- xla: graphs of chained matrix multiplies, --ops of them first, twice as many in each next graph, until one sync
+  lasts --seconds (how long a graph takes XLA to compile is the machine's: a fixed graph that took 3 s on one machine
+  took 0.9 s on another, under the test's 1 s interval).
 """
 
 import argparse
@@ -30,8 +32,16 @@ if args.backend == "inductor":
 else:
     import torch_xla
 
-    x = torch.randn(32, 32, device=torch_xla.device())
-    for i in range(args.ops):
-        x = torch.tanh(x @ x * 0.01 + i)
-    torch_xla.sync()
+    ops = args.ops
+    for _ in range(6):                     # 60 ops to 1,920 at most
+        x = torch.randn(32, 32, device=torch_xla.device())
+        for i in range(ops):
+            x = torch.tanh(x @ x * 0.01 + i)
+        start = time.perf_counter()
+        torch_xla.sync()
+        took = time.perf_counter() - start
+        print(f"a graph of {ops} ops: its sync took {took:.1f} s", flush=True)
+        if took >= args.seconds:
+            break
+        ops *= 2
 print("done", flush=True)
