@@ -62,26 +62,32 @@ def main():
         else:
             setattr(torch.Tensor, name, original)
     bare_left_out = per_call_us(lambda: namespace["read"](step), args.calls)
-    rows = [[name, f"{bare[name]:.2f}", f"{on_a_gpu[name]:.2f}", f"+{on_a_gpu[name] - bare[name]:.2f}",
-             f"{counted[name]:.2f}", f"+{counted[name] - bare[name]:.2f}"] for name in cases]
-    extra = left_out - bare_left_out
     results = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
                    f"torch {torch.__version__}",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]), "calls": args.calls,
         "bare_us": bare, "gpu_job_us": on_a_gpu, "cpu_job_counted_us": counted,
         "bookkeeping_us": {"with": left_out, "without": bare_left_out},
     }
-    text = "\n".join([
-        f"Machine: {results['machine']}. The best of five runs of {args.calls:,} calls (a tenth as many counted).", "",
+    publish(results, render(results), args.json)
+
+
+def render(results: dict) -> str:
+    bare, on_a_gpu, counted = results["bare_us"], results["gpu_job_us"], results["cpu_job_counted_us"]
+    rows = [[name, f"{bare[name]:.2f}", f"{on_a_gpu[name]:.2f}", f"+{on_a_gpu[name] - bare[name]:.2f}",
+             f"{counted[name]:.2f}", f"+{counted[name] - bare[name]:.2f}"] for name in bare]
+    left_out, bare_left_out = results["bookkeeping_us"]["with"], results["bookkeeping_us"]["without"]
+    extra = left_out - bare_left_out
+    return "\n".join([
+        f"Machine: {results['machine']}. The best of five runs of {results['calls']:,} calls (a tenth as many "
+        f"counted).", "",
         table(["read", "bare (us)", "GPU job: a host tensor (us)", "extra", "CPU job: counted (us)", "extra"], rows),
         "",
         f"An optimizer's step-counter read on a CPU job (from torch/optim, left out as bookkeeping): "
         f"{bare_left_out:.2f} us bare, {left_out:.2f} us watched (+{extra:.2f} us); torch's AdamW on a CPU reads it "
         f"once per parameter tensor: for GPT-2 small's {GPT2_SMALL_TENSORS}, about "
         f"+{extra * GPT2_SMALL_TENSORS / 1000:.2f} ms a step."])
-    publish(results, text, args.json)
 
 
 if __name__ == "__main__":

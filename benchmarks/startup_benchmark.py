@@ -37,7 +37,7 @@ SAMPLE = REPO / "sample" / "job"
 TRAINER_SCRIPT = REPO / "tests" / "scripts" / "run_clm_tiny.py"
 STACKS = {"2.7": REPO / ".venv", "2.14": REPO / ".venv-inductor"}
 DEFAULTS_OFF = "sagemaker_training_compiler_defaults_off"
-NAMES = ("regional", "vec_isa", "job_id", "logging", "warm_start")
+NAMES = ("regional", "head", "vec_isa", "job_id", "logging", "warm_start", "progress")
 DROPOUT_OFF = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "use_cache": False}
 MODELS = {   # name: (title, GPT-2 config, block size, whether the Trainer runs it)
     "tiny": ("GPT-2 tiny (2 layers, 64 wide), plain loop",

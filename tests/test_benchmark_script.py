@@ -59,7 +59,8 @@ def test_on_a_gpu_the_plain_loop_counts_cudas_synchronizing_calls_but_not_its_ow
     ("compiler_benchmark", "latest.json"), ("trainer_benchmark", "trainer.json"), ("job_benchmark", "jobs-cache.json"),
     ("torch_versions_benchmark", "torch-versions.json"), ("startup_benchmark", "startup.json"),
     ("startup_benchmark", "startup-plain-regional.json"), ("regional_steps_benchmark", "regional_steps.json"),
-    ("regional_kinds_benchmark", "regional_kinds.json"),
+    ("regional_kinds_benchmark", "regional_kinds.json"), ("trainer_loop_benchmark", "trainer-loop.json"),
+    ("host_reads_benchmark", "host-reads.json"),
 ])
 def test_committed_results_render_as_the_results_file_shows(module, name):
     """Each benchmark's committed results, rendered by its own code, are the table it saved and RESULTS.md shows."""
