@@ -43,6 +43,6 @@ if [[ ${OPENTC_TEST_WORKERS:-2} != 1 ]]; then
 fi
 
 lint() {
-  .venv/bin/ruff check launcher/src compare/src toolkit/src tests benchmarks container dev/flavour dev/gpu-kit
+  .venv/bin/ruff check launcher/src compare/src toolkit/src tests benchmarks container dev/flavour dev/gpu-kit dev/image-sizes
   .venv/bin/mypy
 }

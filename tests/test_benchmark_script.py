@@ -60,7 +60,7 @@ def test_on_a_gpu_the_plain_loop_counts_cudas_synchronizing_calls_but_not_its_ow
     ("torch_versions_benchmark", "torch-versions.json"), ("startup_benchmark", "startup.json"),
     ("startup_benchmark", "startup-plain-regional.json"), ("regional_steps_benchmark", "regional_steps.json"),
     ("regional_kinds_benchmark", "regional_kinds.json"), ("trainer_loop_benchmark", "trainer-loop.json"),
-    ("host_reads_benchmark", "host-reads.json"),
+    ("host_reads_benchmark", "host-reads.json"), ("startup_benchmark", "startup-short.json"),
 ])
 def test_committed_results_render_as_the_results_file_shows(module, name):
     """Each benchmark's committed results, rendered by its own code, are the table it saved and RESULTS.md shows."""

@@ -179,6 +179,22 @@ def test_no_build_secret_in_the_image(each_image):
         assert found.stdout.strip() == "", f"the build's CA certificate is in {found.stdout}"
 
 
+def test_where_the_bytes_go_is_each_images_own(each_image):
+    """dev/image-sizes (docs/image.md's tables): the image's size as the engine gives it, its largest layer the
+    flavour's stack, and its distributions read from inside it, torch among the largest."""
+    done = subprocess.run([str(REPO / "dev" / "image-sizes"), each_image], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    size = int(inspect(each_image)["Size"])
+    assert done.stdout.startswith(f"## {each_image}: {size / 1_000_000:,.0f} MB\n"), done.stdout[:300]
+    layers = [line for line in done.stdout.split("Python distributions")[0].splitlines() if line.endswith(" |")
+              and " MB |" in line]
+    largest = max(layers, key=lambda line: int(line.split(" MB")[0][2:].replace(",", "")))
+    assert "the flavour's stack" in largest, layers
+    torch = re.search(r"^\| torch \| ([\d,]+) MB \|$", done.stdout, re.M)
+    assert torch and int(torch.group(1).replace(",", "")) > 500, done.stdout
+
+
 def test_torch_xla_imports_and_computes_on_xla_cpu(image):
     found = in_image(image, """
 import json, os
