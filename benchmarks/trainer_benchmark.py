@@ -49,10 +49,11 @@ PEAK = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]);
         "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True); sys.exit(code)")
 
 
-def write_corpus(folder: Path) -> None:
+def write_corpus(folder: Path, lines: int = 1500) -> None:
+    """corpus.txt: `lines` lines of 5 to 30 words, the same for every run (seeded)."""
     rng = random.Random(0)
-    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(1500)]
-    (folder / "corpus.txt").write_text("\n".join(lines) + "\n")
+    text = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(lines)]
+    (folder / "corpus.txt").write_text("\n".join(text) + "\n")
 
 
 def run(work: Path, name: str, folder: str, options: list[str], variables: dict, steps: int,

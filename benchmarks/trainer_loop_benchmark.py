@@ -18,7 +18,6 @@ import datetime
 import json
 import os
 import platform
-import random
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ import time
 from pathlib import Path
 
 from compiler_benchmark import publish, table
+from startup_benchmark import job_env
+from trainer_benchmark import write_corpus
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -35,8 +36,6 @@ LOOP = HERE / "plain_clm_loop.py"
 VOCABULARY = 50_257   # GPT-2's
 MODELS = {"tiny": "n_layer=2,n_head=2,n_embd=64,n_inner=256",
           "gpt2-12": "n_layer=12,n_head=4,n_embd=256,n_inner=1024"}
-WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "wizards",
-         "quietly", "hex", "jolly", "boxing", "frogs", "and", "every", "bright", "morning", "brings", "story")
 BATCH, BLOCK, LOGGING_STEPS = 8, 64, 10
 
 # (row, script, compiled, worker options beyond the backend's)
@@ -55,12 +54,6 @@ VARIANTS = (
 )
 
 
-def write_corpus(folder: Path) -> None:
-    rng = random.Random(0)
-    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(3000)]
-    (folder / "corpus.txt").write_text("\n".join(lines) + "\n")
-
-
 def measure(work: Path, model: str, row: str, script: str, compiled: bool, options: list[str], steps: int) -> dict:
     out = work / f"{model}-{script}-{len(list(work.iterdir()))}"
     out.mkdir()
@@ -73,10 +66,7 @@ def measure(work: Path, model: str, row: str, script: str, compiled: bool, optio
                 "--dataloader_drop_last", "true", "--disable_tqdm", "true"]
     else:
         argv = [str(LOOP), *common, *(["--compile"] if compiled else [])]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SM_", "SAGEMAKER_", "PJRT_", "XLA_", "PT_XLA_", "OPENTC_", "ACCELERATE_",
-                                "TORCHINDUCTOR_", "TORCH_"))}
-    env.update(TOKENIZERS_PARALLELISM="false")   # its thread pool, once used, slows the steps here
+    env = job_env()   # none of the caller's SageMaker, compiler or torch variables; the tokenizer without threads
     launch = [str(BIN / "opentc-run"), "--standalone", "--nproc-per-node", "1", "--device", "cpu",
               "--backend", "inductor" if compiled else "eager", "--summary-dir", str(out),
               "--compile-report-dir", str(out), *options]
@@ -147,7 +137,7 @@ def main():
     }
     with tempfile.TemporaryDirectory(prefix="opentc-bench-trainer-loop-") as folder:
         work = Path(folder)
-        write_corpus(work)
+        write_corpus(work, lines=3000)
         for model in models:
             for row, script, compiled, options in VARIANTS:
                 print(f"measuring {model}: {script}, {row} ...", file=sys.stderr, flush=True)
