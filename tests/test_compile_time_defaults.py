@@ -5,6 +5,7 @@ The recompile reasons below are Dynamo's own words, copied from runs of accelera
 with use_cache=True on torch 2.7 and 2.14 (docs/compile-time.md)."""
 
 import json
+import sys
 
 import pytest
 
@@ -177,6 +178,7 @@ def test_the_vector_check_is_skipped_only_on_a_proof_for_this_machine(tmp_path):
     gpu = configured(tmp_path, environ, device="cuda")
     assert gpu.state["vec_isa"] == "not needed: no CPU kernels on cuda"
     assert "TORCH_WARM_POOL" not in environ                           # cores to spare: torch's own warm-up
+    assert gpu.state["warm_start"] == "not needed: torch's own warm-up of its compile workers stays on cuda"
 
 
 @pytest.mark.parametrize("content", [
@@ -196,8 +198,85 @@ def test_a_proof_file_that_is_not_a_proof_is_proved_anew(tmp_path, content):
     (cache / vec_isa.PROOF_FILE).write_text(content.replace("KEY", key))
     assert vec_isa.proven(str(cache), vec_isa.machine_key(environ)) is None
     state = configured(tmp_path, environ).state["vec_isa"]
-    assert state == "on: torch's check runs once, at the first compilation, and its proof is kept", state
+    assert state == "on: torch's check runs once, in the background from the job's start, and its proof is kept", \
+        state
     assert "TORCHINDUCTOR_VEC_ISA_OK" not in environ
+
+
+def fake_prover(*lines):
+    """A stand-in for the background check's process (torch's real check runs in tests/test_inductor.py's jobs):
+    the Python lines it runs."""
+    return [sys.executable, "-c", "\n".join(lines)]
+
+
+def test_a_background_check_that_does_not_finish_is_stopped_and_said(tmp_path):
+    stuck = vec_isa.Prover(str(tmp_path), {}, fake_prover("import time", "time.sleep(600)"))
+    child = stuck.child
+    assert stuck.wait(timeout=0.5) == "it did not finish within 0.5 s"
+    assert child.returncode is not None and stuck.child is None         # killed and reaped, not left behind
+    failed = vec_isa.Prover(str(tmp_path), {}, fake_prover("raise SystemExit(3)"))
+    assert failed.wait(timeout=60) == "it ended with exit code 3"
+
+
+def test_the_first_compilation_takes_the_background_checks_proof(tmp_path, monkeypatch):
+    """Local rank 0's prover writes the proof; the worker's first compilation waits for it and skips torch's check
+    for the rest of the process (config.cpp.vec_isa_ok, put back after the test)."""
+    from torch._inductor import config
+
+    monkeypatch.setattr(config.cpp, "vec_isa_ok", None)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    defaults = configured(tmp_path, environ)
+    proof = {"key": vec_isa.machine_key(environ), "reported": ["avx2"], "passed": ["avx2"], "proven": True}
+    defaults._prover = vec_isa.Prover(str(cache), environ, fake_prover(
+        "import json, sys, time", "time.sleep(0.5)", f"open({vec_isa.PROOF_FILE!r}, 'w').write({json.dumps(proof)!r})"))
+    defaults.at_first_compile()
+    assert config.cpp.vec_isa_ok is True
+    assert defaults.state["vec_isa"] == "on: proven in the background, the proof kept for later jobs"
+
+
+@pytest.mark.parametrize("probe", [
+    'import torch\nfrom ctypes import cdll\ncdll.LoadLibrary("PATH")\n',              # torch 2.7's
+    'import sys\nfrom ctypes import cdll\ntry:\n    cdll.LoadLibrary("PATH")\nexcept OSError:\n'
+    '    import torch  # noqa: F401\n    cdll.LoadLibrary("PATH")\n',                    # torch 2.14's
+], ids=["torch 2.7", "torch 2.14"])
+def test_the_background_check_loads_each_test_library_in_its_own_process(tmp_path, monkeypatch, probe):
+    """torch's probe (a `python -c` that loads the set's test library) runs in the prover's process, which imported
+    torch already; a library that does not load is the probe's failure, as the child's exit would be."""
+    import ctypes.util
+    import subprocess
+
+    from opentc_launcher.inductor import vec_isa_prover
+
+    module = type(sys)("a_torch_module")
+    vec_isa_prover.loads_here(module)
+    libm, missing = ctypes.util.find_library("m"), str(tmp_path / "missing.so")
+    with monkeypatch.context() as no_children:
+        no_children.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("the probe started a process"))
+        assert module.subprocess.run([sys.executable, "-c", probe.replace("PATH", libm)], check=True).returncode == 0
+        assert module.subprocess.check_call([sys.executable, "-c", probe.replace("PATH", libm)]) == 0
+        with pytest.raises(subprocess.CalledProcessError):
+            module.subprocess.run([sys.executable, "-c", probe.replace("PATH", missing)], check=True)
+        with pytest.raises(subprocess.CalledProcessError):
+            module.subprocess.check_call([sys.executable, "-c", probe.replace("PATH", missing)])
+    # Anything else still runs as a process: g++, another command.
+    done = module.subprocess.run([sys.executable, "-c", "print('child')"], stdout=module.subprocess.PIPE, text=True)
+    assert done.stdout == "child\n" and module.subprocess.DEVNULL == subprocess.DEVNULL
+
+
+def test_the_hosts_other_workers_wait_for_its_proof_a_bounded_time(tmp_path):
+    key = vec_isa.machine_key({"PATH": "/usr/bin:/bin"})
+    assert vec_isa.wait_for_proof(str(tmp_path), key, timeout=0.3) is None   # none came: torch's check runs there
+    (tmp_path / vec_isa.PROOF_FILE).write_text(json.dumps({"key": key, "proven": False}))
+    assert vec_isa.wait_for_proof(str(tmp_path), key, timeout=0.3) is False
+    other = WorkerIdentity(rank=1, local_rank=1, world_size=2, local_world_size=2)
+    defaults = CompileTimeDefaults(WorkerOptions(backend="inductor", device="cpu"), "rank1")
+    (tmp_path / "train.py").write_text("")
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "fresh"), "PATH": "/usr/bin:/bin"}
+    defaults.configure(environ, other, Program(str(tmp_path / "train.py")), environ["TORCHINDUCTOR_CACHE_DIR"])
+    defaults.begin(environ)
+    assert defaults._prover is None                                     # only local rank 0 starts the check
 
 
 TORCH_27 = [f"1/{i}: ___check_obj_id(args[1].layers[{i}].is_initialized, 139909010845472)" for i in range(7)]

@@ -8,28 +8,29 @@ default that would have set it stays out of the way.
   (regional.py, repeated_blocks.py).
 - head: with regional compilation, the model's own forward around the part that holds its blocks (the output layer
   and the loss) is compiled too, as one region (regional.py).
-- vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU (vec_isa.py).
+- vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU, and
+  that once in the background from the worker's start, beside the script's own start (vec_isa.py).
 - job_id: TORCH_COMPILE_JOB_ID, keyed to the job's lineage (the script, its arguments, the world size and the
   device), so that Dynamo keeps its profile of which dimensions vary from one job to the next, in the cache folder:
   a warm job compiles the dynamic graphs at once instead of a static one first.
 - logging: transformers' once-only log calls (`logger.warning_once`, `logger.info_once`) inside compiled code are
   skipped instead of breaking the graph (torch._dynamo.config.ignore_logger_methods).
 - warm_start: what a warm job pays before its first step without compiling anything. On CPUs, Inductor's compile
-  workers start when there is something to compile (TORCH_WARM_POOL=0), not at every start, where they take
-  the few cores from the script; on GPU instances, with cores to spare, torch's own warm-up stays. And the hashes
-  Inductor keys its caches by (of torch's and Triton's sources) are computed in the background as soon as the
-  script imports torch._dynamo, where torch offers it (torch 2.14: `prefetch()`), instead of at the first
-  compilation.
+  workers start when there is something to compile (TORCH_WARM_POOL=0), not at every start, where they take the
+  few cores from the script; on GPU instances, with cores to spare, torch's own warm-up stays. (Hashing Inductor's
+  cache keys in the background from the script's start, torch 2.14's `prefetch()`, was tried and left out: on the
+  2-core CPU the hashing thread slowed the script's own start, its tokenization 33-fold, and a warm Trainer job's
+  first step came 15.2 s after eager's instead of 3.5 s; docs/compile-time.md.)
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import MutableMapping
+import time
+from collections.abc import Mapping, MutableMapping
 from types import MappingProxyType, ModuleType
 
-from ..after_import import when_imported
 from ..compile_progress import DEFAULT_DOES as PROGRESS_DOES
 from ..compile_progress import DEFAULT_NAME as PROGRESS
 from ..identity import WorkerIdentity
@@ -50,8 +51,7 @@ OPTIONAL_DEFAULTS = MappingProxyType({
     "vec_isa": "on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU",
     "job_id": "Dynamo keeps its profile of the dimensions that vary, from one job of a lineage to the next",
     "logging": "transformers' once-only log calls inside compiled code no longer break the graph",
-    "warm_start": "a warm job starts sooner: compile workers started only when needed on CPUs, cache keys hashed "
-                  "in the background",
+    "warm_start": "a warm job starts sooner: compile workers started only when needed on CPUs",
     PROGRESS: PROGRESS_DOES,
 })
 WARM_POOL_VARIABLE = "TORCH_WARM_POOL"
@@ -87,6 +87,8 @@ class CompileTimeDefaults:
         self.state: dict[str, str] = {}          # default -> what it does here (or why not), for the log and report
         self._prove_in: str | None = None        # the cache folder to prove the vector check in, at first compile
         self._vec_isa_key: dict[str, str] = {}
+        self._proves_here = False                  # this worker runs the host's check (its local rank 0)
+        self._prover: vec_isa.Prover | None = None   # that check, running from the worker's start
         self._first_compile_done = False
 
     def configure(self, environ: MutableMapping[str, str], identity: WorkerIdentity, program: Program,
@@ -100,7 +102,7 @@ class CompileTimeDefaults:
         if "head" not in self.state:
             self.state["head"] = self._head_state()
         if "vec_isa" not in self.state:
-            self._vec_isa(environ, cache_folder)
+            self._vec_isa(environ, cache_folder, identity)
         if "job_id" not in self.state:
             self._set(environ, "job_id", JOB_ID_VARIABLE, lineage_id(program, identity.world_size, self.options.device))
         if "warm_start" not in self.state:
@@ -112,6 +114,14 @@ class CompileTimeDefaults:
         if "logging" not in self.state:
             self.state["logging"] = "on: " + ", ".join(f"logger.{m}" for m in ONCE_ONLY_LOG_CALLS) + " skipped in " \
                                     "compiled code"
+
+    def begin(self, environ: Mapping[str, str]) -> None:
+        """After configure, before the script: start what runs beside the script's own start."""
+        if self._prove_in is not None and self._proves_here:
+            try:
+                self._prover = vec_isa.Prover(self._prove_in, environ)
+            except OSError as e:
+                log.info("%s: the vector check runs at the first compilation (%s)", self.process, e)
 
     def _set(self, environ: MutableMapping[str, str], default: str, variable: str, value: str) -> bool:
         """Set `variable` for `default` unless the user set it; whether it was set."""
@@ -152,26 +162,13 @@ class CompileTimeDefaults:
                      self.process)
 
     def _warm_start(self, environ: MutableMapping[str, str]) -> None:
-        prefetch = "cache keys hashed in the background where torch can"
         if self.options.device == "cpu":
             self._set(environ, "warm_start", WARM_POOL_VARIABLE, "0")
-            self.state["warm_start"] += f"; {prefetch}"
         else:
-            self.state["warm_start"] = f"on: {prefetch}"
-        when_imported("torch._dynamo", self._prefetch_cache_keys)
+            self.state["warm_start"] = ("not needed: torch's own warm-up of its compile workers stays on "
+                                        f"{self.options.device}")
 
-    def _prefetch_cache_keys(self, _dynamo: ModuleType) -> None:
-        try:
-            from torch._inductor import codecache
-
-            for key in (getattr(codecache, "torch_key", None), getattr(codecache, "triton_key", None)):
-                prefetch = getattr(key, "prefetch", None)
-                if callable(prefetch):
-                    prefetch()
-        except Exception as e:  # noqa: BLE001  (private torch internals: the keys are computed when needed)
-            log.debug("%s: cache keys not prefetched (%s: %s)", self.process, type(e).__name__, e)
-
-    def _vec_isa(self, environ: MutableMapping[str, str], cache_folder: str) -> None:
+    def _vec_isa(self, environ: MutableMapping[str, str], cache_folder: str, identity: WorkerIdentity) -> None:
         if self.options.device != "cpu":
             self.state["vec_isa"] = "not needed: no CPU kernels on " + self.options.device
             return
@@ -190,7 +187,9 @@ class CompileTimeDefaults:
             self.state["vec_isa"] = "not used: a set the CPU reports failed torch's check here, so it keeps checking"
         else:
             self._prove_in, self._vec_isa_key = cache_folder, key
-            self.state["vec_isa"] = "on: torch's check runs once, at the first compilation, and its proof is kept"
+            self.state["vec_isa"] = ("on: torch's check runs once, in the background from the job's start, and its "
+                                     "proof is kept")
+            self._proves_here = identity.local_rank == 0   # one check a host: the others wait for its proof
 
     def at_first_compile(self) -> None:
         """At the start of the process's first compilation, before Inductor computes any cache key."""
@@ -198,16 +197,45 @@ class CompileTimeDefaults:
             return
         self._first_compile_done = True
         if self._prove_in is not None:
-            try:
-                holds = vec_isa.prove(self._prove_in, self._vec_isa_key)
-            except Exception as e:  # noqa: BLE001  (private torch internals: torch's own check runs instead)
-                holds = False
-                log.warning("%s: could not prove the vector-instruction check (%s: %s): torch's check runs as usual",
-                            self.process, type(e).__name__, e)
-            self.state["vec_isa"] = ("on: proven at the first compilation, the proof kept for later jobs" if holds
-                                     else "not used: a set the CPU reports failed torch's check")
+            self._take_the_proof(self._prove_in, self._vec_isa_key)
         if "logging" in self.state and self.state["logging"].startswith("on"):
             self._skip_once_only_log_calls()
+
+    def _take_the_proof(self, folder: str, key: dict[str, str]) -> None:
+        """The background check's proof, waited for; where none came, torch's check here, as without a prover."""
+        where = "in the background"
+        if self._prover is not None:
+            waited = time.monotonic()
+            problem = self._prover.wait()
+            self._prover = None
+            log.info("%s: the first compilation waited %.1f s for the background vector check", self.process,
+                     time.monotonic() - waited)
+            found = vec_isa.proven(folder, key) if problem is None else None
+            if problem:
+                log.info("%s: the background vector check did not prove anything (%s): torch's check runs here",
+                         self.process, problem)
+        else:
+            found = vec_isa.wait_for_proof(folder, key)
+        if found is None:
+            where = "at the first compilation"
+            try:
+                found = vec_isa.prove(folder, key)
+            except Exception as e:  # noqa: BLE001  (private torch internals: torch's own check runs instead)
+                found = False
+                log.warning("%s: could not prove the vector-instruction check (%s: %s): torch's check runs as usual",
+                            self.process, type(e).__name__, e)
+        elif found:
+            from torch._inductor import config
+
+            config.cpp.vec_isa_ok = True
+        self.state["vec_isa"] = (f"on: proven {where}, the proof kept for later jobs" if found
+                                 else "not used: a set the CPU reports failed torch's check")
+
+    def close(self) -> None:
+        """At the worker's end: a check still running for a script that never compiled is stopped."""
+        if self._prover is not None:
+            self._prover.stop()
+            self._prover = None
 
     def _skip_once_only_log_calls(self) -> None:
         try:

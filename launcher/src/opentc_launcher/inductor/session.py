@@ -248,6 +248,7 @@ class InductorSession(WorkerSession):
         session = cls(options, identity, f"rank{identity.rank}")
         session._configure(environ)
         session.defaults.configure(environ, identity, program, environ.get(CACHE_VARIABLE, ""))
+        session.defaults.begin(environ)
         session.start()
         log.info("rank %d/%d: torch.compile (TorchInductor) ready on %s; Inductor cache %s (%s)", identity.rank,
                  identity.world_size, options.device, session.cache.get("working_dir") or session.cache["dir"] or "-",
@@ -319,6 +320,10 @@ class InductorSession(WorkerSession):
             self._next_warning *= 2
         if self.options.max_compilations and captured > self.options.max_compilations:
             self._compilation_limit_reached(captured)
+
+    def finish(self, exit_code: int) -> None:
+        self.defaults.close()
+        super().finish(exit_code)
 
     def _graphs_captured(self) -> int:
         """Graphs Dynamo captured (each new input shape, graph break or function adds one), cached or not."""

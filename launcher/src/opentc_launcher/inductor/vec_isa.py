@@ -4,10 +4,16 @@ Before Inductor uses a vector instruction set on a CPU, it builds a test library
 loads it in a fresh Python process (torch/_inductor/cpu_vec_isa.py), again in every process: on torch 2.7 two
 subprocesses that each import torch, about 4 s of a warm job. TORCHINDUCTOR_VEC_ISA_OK=1 skips the check, but a
 compiler that cannot build a reported set then fails instead of falling back. So the first job runs torch's own
-check (at its first compilation, where it would have run anyway) and keeps what it found, the proof, in the
+check (before its first compilation, where it would have run anyway) and keeps what it found, the proof, in the
 Inductor cache folder; a later job on the same torch, compiler and CPU skips the check when every reported set
 passed. The setting is part of Inductor's cache key: the first job sets it as soon as the proof holds, before
 anything is compiled, so a warm job with the check skipped finds the kernels the cold one compiled.
+
+The first job's check is most of its first compilation's wait (on torch 2.7, 2-core CPU: 20 s of a tiny graph's
+21 s, each set built and loaded in turn), so it runs in a process of its own from the worker's start
+(`Prover`, vec_isa_prover.py), beside the script's imports and data loading: the same check of torch's, its sets
+checked at once instead of in turn, at a low priority. The worker's first compilation waits for it (at most
+PROVER_WAIT_SECONDS); where it did not finish, torch's check runs in the worker as before.
 """
 
 from __future__ import annotations
@@ -19,7 +25,12 @@ import logging
 import os
 import platform
 import shutil
-from collections.abc import Mapping
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 
 from ..files import write_json
 
@@ -62,6 +73,8 @@ def machine_key(env: Mapping[str, str]) -> dict[str, str]:
             "cpu": f"{platform.machine()} " + hashlib.sha256(flags.encode()).hexdigest()[:16]}
 
 
+PROVER_WAIT_SECONDS = 180.0   # torch's own check of one set is a few seconds; a prover past this is stuck
+PROVER_MODULE = "opentc_launcher.inductor.vec_isa_prover"
 MAX_PROOF_BYTES = 65536   # a proof is a few hundred bytes; a file past this is not one
 
 
@@ -82,18 +95,31 @@ def proven(folder: str, key: Mapping[str, str]) -> bool | None:
     return proof["proven"]
 
 
-def prove(folder: str, key: Mapping[str, str]) -> bool:
-    """In a worker, before its first compilation: run torch's own check, keep the proof in `folder`, and skip the
-    check for the rest of this process when it holds. Returns whether it holds."""
-    from torch._inductor import config, cpu_vec_isa
-
-    checked = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]   # torch's check: builds and loads each set
+def _reported_sets(config: ModuleType, cpu_vec_isa: ModuleType) -> list:
+    """What Inductor would use with the check skipped: every set the CPU reports, in torch's order."""
     before = config.cpp.vec_isa_ok
     config.cpp.vec_isa_ok = True
-    try:   # what Inductor would use with the check skipped: every set the CPU reports
-        reported = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
+    try:
+        return list(cpu_vec_isa.valid_vec_isa_list.__wrapped__())
     finally:
         config.cpp.vec_isa_ok = before
+
+
+def prove(folder: str, key: Mapping[str, str], at_once: bool = False) -> bool:
+    """Run torch's own check, keep the proof in `folder`, and skip the check for the rest of this process when it
+    holds. Returns whether it holds. `at_once`: each set's check (a build and a load, torch's `bool(isa)`) in a
+    thread of its own instead of in turn; what passes is the same (valid_vec_isa_list keeps the sets whose check
+    passes, in the reported order)."""
+    from torch._inductor import config, cpu_vec_isa
+
+    if at_once:
+        sets = _reported_sets(config, cpu_vec_isa)
+        with ThreadPoolExecutor(max(1, len(sets))) as pool:   # g++ and the load run in child processes
+            passed = list(pool.map(bool, sets))
+        checked = [str(isa) for isa, ok in zip(sets, passed, strict=True) if ok]
+    else:
+        checked = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]   # torch's check: each set in turn
+    reported = [str(isa) for isa in _reported_sets(config, cpu_vec_isa)]
     holds = bool(reported) and checked == reported
     try:
         write_json(os.path.join(folder, PROOF_FILE),
@@ -104,3 +130,42 @@ def prove(folder: str, key: Mapping[str, str]) -> bool:
     if holds:
         config.cpp.vec_isa_ok = True
     return holds
+
+
+class Prover:
+    """torch's check in a process of its own (PROVER_MODULE), started before the script, and its outcome when the
+    worker's first compilation needs it."""
+
+    def __init__(self, folder: str, env: Mapping[str, str], command: Sequence[str] | None = None):
+        # The cache folder as its working directory: nothing the user wrote is on its import path.
+        self.child: subprocess.Popen | None = subprocess.Popen(
+            list(command or (sys.executable, "-m", PROVER_MODULE, folder)), env=dict(env), cwd=folder,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait(self, timeout: float = PROVER_WAIT_SECONDS) -> str | None:
+        """None when it finished; otherwise why not (it is stopped then)."""
+        if self.child is None:
+            return "stopped"
+        try:
+            code = self.child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return f"it did not finish within {timeout:g} s"
+        return None if code == 0 else f"it ended with exit code {code}"
+
+    def stop(self) -> None:
+        if self.child is not None and self.child.poll() is None:
+            self.child.kill()
+            self.child.wait()
+        self.child = None
+
+
+def wait_for_proof(folder: str, key: Mapping[str, str], timeout: float = PROVER_WAIT_SECONDS) -> bool | None:
+    """In a worker beside the one whose prover runs: the proof once it is there, None when none came in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = proven(folder, key)
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
+
