@@ -18,9 +18,9 @@ default that would have set it stays out of the way.
 - warm_start: what a warm job pays before its first step without compiling anything. On CPUs, Inductor's compile
   workers start when there is something to compile (TORCH_WARM_POOL=0), not at every start, where they take the
   few cores from the script; on GPU instances, with cores to spare, torch's own warm-up stays. (Hashing Inductor's
-  cache keys in the background from the script's start, torch 2.14's `prefetch()`, was tried and left out: on the
-  2-core CPU the hashing thread slowed the script's own start, its tokenization 33-fold, and a warm Trainer job's
-  first step came 15.2 s after eager's instead of 3.5 s; docs/compile-time.md.)
+  cache keys in a background thread from the script's start, torch 2.14's `prefetch()`, was left out: with it, on
+  the 2-core CPU, the script's own start ran slower, its tokenization 33-fold, and a warm Trainer job's first step
+  came 15.2 s after eager's instead of 3.5 s; docs/compile-time.md.)
 """
 
 from __future__ import annotations
