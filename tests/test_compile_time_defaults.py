@@ -227,13 +227,29 @@ def test_the_first_compilation_takes_the_background_checks_proof(tmp_path, monke
     cache = tmp_path / "cache"
     cache.mkdir()
     environ = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
-    defaults = configured(tmp_path, environ)
+    defaults = configured(tmp_path, environ, defaults_off="logging")   # Dynamo's config stays as it is
     proof = {"key": vec_isa.machine_key(environ), "reported": ["avx2"], "passed": ["avx2"], "proven": True}
     defaults._prover = vec_isa.Prover(str(cache), environ, fake_prover(
         "import json, sys, time", "time.sleep(0.5)", f"open({vec_isa.PROOF_FILE!r}, 'w').write({json.dumps(proof)!r})"))
     defaults.at_first_compile()
     assert config.cpp.vec_isa_ok is True
     assert defaults.state["vec_isa"] == "on: proven in the background, the proof kept for later jobs"
+
+
+def test_a_check_that_could_not_start_runs_at_the_first_compilation_without_waiting(tmp_path, monkeypatch):
+    """Local rank 0 whose background check did not start (its folder is not there yet) runs torch's check itself at
+    its first compilation, at once: no other worker is proving it. torch's check is stood in for here (it builds and
+    loads real libraries: tests/test_compile_time.py runs it in real jobs)."""
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "not-yet"), "PATH": "/usr/bin:/bin"}
+    defaults = configured(tmp_path, environ, defaults_off="logging")
+    defaults.begin(environ)
+    assert defaults._prover is None
+    checked = []
+    monkeypatch.setattr(vec_isa, "prove", lambda folder, key: checked.append(folder) or True)
+    monkeypatch.setattr(vec_isa, "wait_for_proof", lambda *a, **k: pytest.fail("rank 0 waited for a proof"))
+    defaults.at_first_compile()
+    assert checked == [str(tmp_path / "not-yet")]
+    assert defaults.state["vec_isa"] == "on: proven at the first compilation, the proof kept for later jobs"
 
 
 @pytest.mark.parametrize("probe", [

@@ -214,6 +214,8 @@ class CompileTimeDefaults:
             if problem:
                 log.info("%s: the background vector check did not prove anything (%s): torch's check runs here",
                          self.process, problem)
+        elif self._proves_here:   # its check did not start (begin logged why): torch's check runs here, now
+            found = None
         else:
             found = vec_isa.wait_for_proof(folder, key)
         if found is None:
