@@ -281,6 +281,21 @@ def test_the_background_check_loads_each_test_library_in_its_own_process(tmp_pat
     assert done.stdout == "child\n" and module.subprocess.DEVNULL == subprocess.DEVNULL
 
 
+def test_the_sets_reported_leave_no_memoized_answer_to_skip_the_check_with(tmp_path, monkeypatch):
+    """Listing the sets the CPU reports asks each with the check skipped; torch's AMX set (and 2.14's AVX-512 VNNI)
+    memoize their answer, which the check would then reuse instead of building their code: the listing forgets it.
+    torch's real sets on this CPU (a CPU that reports none that memoize has nothing to show)."""
+    from torch._inductor import config, cpu_vec_isa
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))      # AMX's own code is built there
+    sets = vec_isa._reported_sets(config, cpu_vec_isa)
+    memoized = [vars(cls)["__bool__"] for cls in {cls for isa in sets for cls in type(isa).__mro__}
+                if hasattr(vars(cls).get("__bool__"), "cache_info")]
+    if not memoized:
+        pytest.skip("this CPU reports no set whose answer torch memoizes")
+    assert [f.cache_info().currsize for f in memoized] == [0] * len(memoized), [str(isa) for isa in sets]
+
+
 def test_the_hosts_other_workers_wait_for_its_proof_a_bounded_time(tmp_path):
     key = vec_isa.machine_key({"PATH": "/usr/bin:/bin"})
     assert vec_isa.wait_for_proof(str(tmp_path), key, timeout=0.3) is None   # none came: torch's check runs there

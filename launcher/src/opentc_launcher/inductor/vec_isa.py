@@ -96,13 +96,20 @@ def proven(folder: str, key: Mapping[str, str]) -> bool | None:
 
 
 def _reported_sets(config: ModuleType, cpu_vec_isa: ModuleType) -> list:
-    """What Inductor would use with the check skipped: every set the CPU reports, in torch's order."""
+    """What Inductor would use with the check skipped: every set the CPU reports, in torch's order. Some sets memoize
+    their own answer (torch's AMX and AVX-512 VNNI sets: `__bool__` cached), which, asked with the check skipped,
+    would then skip their part of the check for good; those answers are forgotten, so that the check asks anew."""
     before = config.cpp.vec_isa_ok
     config.cpp.vec_isa_ok = True
     try:
-        return list(cpu_vec_isa.valid_vec_isa_list.__wrapped__())
+        sets = list(cpu_vec_isa.valid_vec_isa_list.__wrapped__())
     finally:
         config.cpp.vec_isa_ok = before
+    for cls in {cls for isa in sets for cls in type(isa).__mro__}:
+        forget = getattr(vars(cls).get("__bool__"), "cache_clear", None)
+        if forget is not None:
+            forget()
+    return sets
 
 
 def prove(folder: str, key: Mapping[str, str], at_once: bool = False) -> bool:
@@ -112,14 +119,14 @@ def prove(folder: str, key: Mapping[str, str], at_once: bool = False) -> bool:
     passes, in the reported order)."""
     from torch._inductor import config, cpu_vec_isa
 
+    sets = _reported_sets(config, cpu_vec_isa)
     if at_once:
-        sets = _reported_sets(config, cpu_vec_isa)
         with ThreadPoolExecutor(max(1, len(sets))) as pool:   # g++ and the load run in child processes
             passed = list(pool.map(bool, sets))
         checked = [str(isa) for isa, ok in zip(sets, passed, strict=True) if ok]
     else:
         checked = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]   # torch's check: each set in turn
-    reported = [str(isa) for isa in _reported_sets(config, cpu_vec_isa)]
+    reported = [str(isa) for isa in sets]
     holds = bool(reported) and checked == reported
     try:
         write_json(os.path.join(folder, PROOF_FILE),
