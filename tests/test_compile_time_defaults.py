@@ -296,6 +296,64 @@ def test_the_sets_reported_leave_no_memoized_answer_to_skip_the_check_with(tmp_p
     assert [f.cache_info().currsize for f in memoized] == [0] * len(memoized), [str(isa) for isa in sets]
 
 
+@pytest.fixture
+def torchs_vector_answers_forgotten():
+    """torch's memoized list of the sets and each set's memoized answer, forgotten after the test as before it (the
+    test process's later compilations ask torch anew)."""
+    from torch._inductor import config, cpu_vec_isa
+
+    def forget():
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        vec_isa._reported_sets(config, cpu_vec_isa)      # forgets each set's memoized answer
+    forget()
+    yield cpu_vec_isa
+    forget()
+
+
+def test_a_proven_job_asks_torchs_list_of_the_sets_from_dynamos_import(tmp_path, monkeypatch,
+                                                                      torchs_vector_answers_forgotten):
+    """With the check skipped, torch still builds and loads some sets' test libraries in every process (2.7's AMX: a
+    fresh Python that imports torch). A job whose proof holds asks torch's list in a thread from Dynamo's import; the
+    first compilation takes its answer, so that asking again starts no process. torch's real list on this CPU."""
+    import subprocess
+
+    import torch._dynamo  # noqa: F401  (the worker asks from Dynamo's import; torch 2.7's imports these with it)
+    import torch._inductor.codecache  # noqa: F401
+    from torch._inductor import config
+
+    cpu_vec_isa = torchs_vector_answers_forgotten
+    monkeypatch.setattr(config.cpp, "vec_isa_ok", True)             # what TORCHINDUCTOR_VEC_ISA_OK=1 set at import
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torch"))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    proof = {"key": vec_isa.machine_key(environ), "reported": ["avx2"], "passed": ["avx2"], "proven": True}
+    (cache / vec_isa.PROOF_FILE).write_text(json.dumps(proof))
+    defaults = configured(tmp_path, environ, defaults_off="logging")
+    defaults.dynamo_imported()
+    assert defaults._asked is not None
+    defaults.at_first_compile()
+    assert defaults._asked.seconds is not None and defaults._asked.problem is None
+    assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 1
+    reported = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+    with monkeypatch.context() as no_children:
+        no_children.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("torch's list started a process"))
+        assert [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] == reported
+
+    # Without a proof (a cold job: its prover proves at the first compilation), nothing is asked ahead.
+    cold = configured(tmp_path, {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cold"), "PATH": "/usr/bin:/bin"},
+                      defaults_off="logging")
+    cold.dynamo_imported()
+    assert cold._asked is None
+
+
+def test_torchs_list_is_not_asked_ahead_before_what_it_uses_is_imported(monkeypatch):
+    """Asked in a thread, torch's list must import nothing there (an import beside the script's own could meet them in
+    a cycle of module locks): where its modules are not imported yet, it is not asked ahead."""
+    monkeypatch.setattr(vec_isa, "ASKED_MODULES", ("torch._inductor.cpu_vec_isa", "opentc_not_a_module_imported"))
+    assert vec_isa.AskedAhead.start() == "opentc_not_a_module_imported not imported yet"
+
+
 def test_the_hosts_other_workers_wait_for_its_proof_a_bounded_time(tmp_path):
     key = vec_isa.machine_key({"PATH": "/usr/bin:/bin"})
     assert vec_isa.wait_for_proof(str(tmp_path), key, timeout=0.3) is None   # none came: torch's check runs there

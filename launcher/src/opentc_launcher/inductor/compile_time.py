@@ -9,7 +9,9 @@ default that would have set it stays out of the way.
 - head: with regional compilation, the model's own forward around the part that holds its blocks (the output layer
   and the loss) is compiled too, as one region (regional.py).
 - vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU, and
-  that once in the background from the worker's start, beside the script's own start (vec_isa.py).
+  that once in the background from the worker's start, beside the script's own start; on the later jobs, what torch
+  still checks with the check skipped (torch 2.7's AMX set: a fresh Python process) is asked in a thread from
+  Dynamo's import (vec_isa.py).
 - job_id: TORCH_COMPILE_JOB_ID, keyed to the job's lineage (the script, its arguments, the world size and the
   device), so that Dynamo keeps its profile of which dimensions vary from one job to the next, in the cache folder:
   a warm job compiles the dynamic graphs at once instead of a static one first.
@@ -57,6 +59,7 @@ OPTIONAL_DEFAULTS = MappingProxyType({
 WARM_POOL_VARIABLE = "TORCH_WARM_POOL"
 JOB_ID_VARIABLE = "TORCH_COMPILE_JOB_ID"
 ONCE_ONLY_LOG_CALLS = ("warning_once", "info_once")   # transformers adds them to logging.Logger
+ASKED_AT_THE_END_SECONDS = 10.0   # a script that never compiled: its list of the sets takes a few seconds at most
 
 
 def lineage_id(program: Program, world_size: int, device: str) -> str:
@@ -89,6 +92,8 @@ class CompileTimeDefaults:
         self._vec_isa_key: dict[str, str] = {}
         self._proves_here = False                  # this worker runs the host's check (its local rank 0)
         self._prover: vec_isa.Prover | None = None   # that check, running from the worker's start
+        self._ask_ahead = False                    # a proof holds: torch's list of the sets asked from Dynamo's import
+        self._asked: vec_isa.AskedAhead | None = None
         self._first_compile_done = False
 
     def configure(self, environ: MutableMapping[str, str], identity: WorkerIdentity, program: Program,
@@ -183,6 +188,7 @@ class CompileTimeDefaults:
         if found:
             environ[vec_isa.VARIABLE] = "1"
             self.state["vec_isa"] = f"on: {vec_isa.VARIABLE}=1 (proven for this torch, compiler and CPU)"
+            self._ask_ahead = True
         elif found is False:
             self.state["vec_isa"] = "not used: a set the CPU reports failed torch's check here, so it keeps checking"
         else:
@@ -191,11 +197,28 @@ class CompileTimeDefaults:
                                      "proof is kept")
             self._proves_here = identity.local_rank == 0   # one check a host: the others wait for its proof
 
+    def dynamo_imported(self) -> None:
+        """When the script (or a library it imports) has imported Dynamo, usually well before its first compilation:
+        on a machine whose proof holds, torch's list of the vector sets asked in a thread from now."""
+        if not self._ask_ahead or self._first_compile_done:
+            return
+        self._ask_ahead = False
+        try:
+            asked = vec_isa.AskedAhead.start()
+        except Exception as e:  # noqa: BLE001  (torch's internals: the first compilation asks, as without it)
+            asked = f"{type(e).__name__}: {e}"
+        if isinstance(asked, str):
+            log.info("%s: torch's list of the vector sets is asked at the first compilation (%s)", self.process, asked)
+        else:
+            self._asked = asked
+
     def at_first_compile(self) -> None:
         """At the start of the process's first compilation, before Inductor computes any cache key."""
         if self._first_compile_done:
             return
         self._first_compile_done = True
+        if self._asked is not None:
+            self._take_the_sets_asked(self._asked)
         if self._prove_in is not None:
             self._take_the_proof(self._prove_in, self._vec_isa_key)
         if "logging" in self.state and self.state["logging"].startswith("on"):
@@ -233,11 +256,25 @@ class CompileTimeDefaults:
         self.state["vec_isa"] = (f"on: proven {where}, the proof kept for later jobs" if found
                                  else "not used: a set the CPU reports failed torch's check")
 
+    def _take_the_sets_asked(self, asked: vec_isa.AskedAhead) -> None:
+        waited = time.monotonic()
+        problem = asked.wait()
+        if problem:
+            log.info("%s: torch's list of the vector sets, asked from Dynamo's import, did not come (%s): the first "
+                     "compilation asks it", self.process, problem)
+        else:
+            log.info("%s: the first compilation waited %.1f s for torch's list of the vector sets, asked from "
+                     "Dynamo's import (%.1f s in all)", self.process, time.monotonic() - waited, asked.seconds or 0.0)
+
     def close(self) -> None:
-        """At the worker's end: a check still running for a script that never compiled is stopped."""
+        """At the worker's end: a check still running for a script that never compiled is stopped; torch's list of
+        the sets, asked for one, is waited for a little (its load probe is a process of torch's)."""
         if self._prover is not None:
             self._prover.stop()
             self._prover = None
+        if self._asked is not None and not self._first_compile_done:
+            self._asked.wait(ASKED_AT_THE_END_SECONDS)
+        self._asked = None
 
     def _skip_once_only_log_calls(self) -> None:
         try:

@@ -301,6 +301,7 @@ class InductorSession(WorkerSession):
         callback.on_compile_start(self._compile_started)
         callback.on_compile_end(self._compile_ended)
         self.graph_breaks.attach()
+        self.defaults.dynamo_imported()
 
     # -- while the script runs --------------------------------------------------------------------------------
     def _compile_started(self, *_args: Any) -> None:

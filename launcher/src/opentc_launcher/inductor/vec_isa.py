@@ -14,11 +14,18 @@ The first job's check is most of its first compilation's wait (on torch 2.7, 2-c
 (`Prover`, vec_isa_prover.py), beside the script's imports and data loading: the same check of torch's, its sets
 checked at once instead of in turn, at a low priority. The worker's first compilation waits for it (at most
 PROVER_WAIT_SECONDS); where it did not finish, torch's check runs in the worker as before.
+
+With the check skipped, torch still checks some sets in every process: torch 2.7's AMX set builds its test library
+(cached) and loads it in a fresh `python -c "import torch; ..."`, 2-3 s of each warm job's first compilation on a
+2-core CPU (torch 2.14 keeps a marker of each library that loaded, and skips the load). On a job whose proof holds,
+`AskedAhead` asks torch's own list of the sets in a thread from Dynamo's import, beside the script's start; the first
+compilation waits for that answer instead of asking itself.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.metadata as metadata
 import json
 import logging
@@ -27,10 +34,12 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
+from typing import Any
 
 from ..files import write_json
 
@@ -176,3 +185,56 @@ def wait_for_proof(folder: str, key: Mapping[str, str], timeout: float = PROVER_
             return found
         time.sleep(0.2)
 
+
+
+# What torch's list of the sets uses, imported before it is asked in a thread: an import in a thread while the
+# script's own imports run could meet them in a cycle of module locks, which Python breaks by failing one of them.
+ASKED_MODULES = ("torch._inductor.cpu_vec_isa", "torch._inductor.codecache", "torch._inductor.cpp_builder")
+LATE_IMPORTS = ("torch.utils.cpp_extension", "torch.utils._filelock")   # imported inside the check's build
+
+
+def _imported(name: str) -> bool:
+    module = sys.modules.get(name)
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+class AskedAhead:
+    """torch's list of the CPU's vector sets (`cpu_vec_isa.valid_vec_isa_list()`, memoized for the process), asked in
+    a thread of this process so that its answer is there at the first compilation. Start it with `start()`."""
+
+    def __init__(self, valid_vec_isa_list: Callable[[], Any]):
+        self.seconds: float | None = None
+        self.problem: str | None = None
+        self._thread = threading.Thread(target=self._ask, args=(valid_vec_isa_list,), name="opentc-vector-sets",
+                                        daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls) -> AskedAhead | str:
+        """Asked now, in a thread; or why not (in words), when what it uses is not imported yet or the check is not
+        skipped in this process."""
+        missing = [name for name in ASKED_MODULES if not _imported(name)]
+        if missing:
+            return f"{', '.join(missing)} not imported yet"
+        from torch._inductor import config, cpu_vec_isa
+
+        if config.cpp.vec_isa_ok is not True:
+            return f"the check is not skipped in this process (vec_isa_ok={config.cpp.vec_isa_ok})"
+        for name in LATE_IMPORTS:
+            importlib.import_module(name)
+        return cls(cpu_vec_isa.valid_vec_isa_list)
+
+    def _ask(self, valid_vec_isa_list: Callable[[], Any]) -> None:
+        started = time.monotonic()
+        try:
+            valid_vec_isa_list()
+        except Exception as e:  # noqa: BLE001  (torch's internals: the first compilation asks again, as usual)
+            self.problem = f"{type(e).__name__}: {e}"
+        self.seconds = time.monotonic() - started
+
+    def wait(self, timeout: float = PROVER_WAIT_SECONDS) -> str | None:
+        """None when the answer is there; otherwise why not (the first compilation then asks torch itself)."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return f"it did not finish within {timeout:g} s"
+        return self.problem
