@@ -178,7 +178,10 @@ def test_the_vector_check_is_skipped_only_on_a_proof_for_this_machine(tmp_path):
     gpu = configured(tmp_path, environ, device="cuda")
     assert gpu.state["vec_isa"] == "not needed: no CPU kernels on cuda"
     assert "TORCH_WARM_POOL" not in environ                           # cores to spare: torch's own warm-up
-    assert gpu.state["warm_start"] == "not needed: torch's own warm-up of its compile workers stays on cuda"
+    assert gpu.state["warm_start"] == ("on: torch's own warm-up of its compile workers stays on cuda; torch's source "
+                                       "hashes kept per installation in the cache folder")
+    assert configured(tmp_path, {}, device="cuda").state["warm_start"] == (
+        "on: torch's own warm-up of its compile workers stays on cuda")   # no cache folder to keep them in
 
 
 @pytest.mark.parametrize("content", [
@@ -317,7 +320,7 @@ def test_a_proven_job_asks_torchs_list_of_the_sets_from_dynamos_import(tmp_path,
     first compilation takes its answer, so that asking again starts no process. torch's real list on this CPU."""
     import subprocess
 
-    import torch._dynamo  # noqa: F401  (the worker asks from Dynamo's import; torch 2.7's imports these with it)
+    import torch._dynamo  # the worker asks from Dynamo's import; torch 2.7's imports these with it
     import torch._inductor.codecache  # noqa: F401
     from torch._inductor import config
 

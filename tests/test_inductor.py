@@ -252,6 +252,16 @@ def test_a_second_identical_job_compiles_nothing_new(make_job, tmp_path):
     assert warm["graphs_captured"] == cold["graphs_captured"]          # Dynamo traces again; Inductor does not
     assert warm["compile_seconds_total"] < cold["compile_seconds_total"], (cold, warm)
     assert f"0 graph(s) compiled in {warm['compile_seconds_total']:.1f} s" in result.output
+    # Inductor's hashes of torch's and Triton's sources: computed by the cold job and kept for this installation,
+    # given to torch by the warm one (torch 2.14's caches can be filled ahead; 2.7's cannot, and it hashes as before).
+    from torch._inductor import codecache
+
+    if callable(getattr(codecache.torch_key, "set", None)):
+        kept = json.loads(next(cache.glob("inductor-torch-*/opentc-source-keys.json")).read_text())
+        assert kept["torch_key"] == codecache.torch_key().hex() and kept["triton_key"] == codecache.triton_key()
+        assert "torch's source hashes given from the cache folder: kept for this installation" in result.output
+    else:
+        assert "torch's source hashes not on this torch" in result.output
 
 
 def test_the_compilation_limit_stops_the_worker_with_exit_4(make_job, shared_cache):

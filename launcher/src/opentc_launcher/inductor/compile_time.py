@@ -19,7 +19,8 @@ default that would have set it stays out of the way.
   skipped instead of breaking the graph (torch._dynamo.config.ignore_logger_methods).
 - warm_start: what a warm job pays before its first step without compiling anything. On CPUs, Inductor's compile
   workers start when there is something to compile (TORCH_WARM_POOL=0), not at every start, where they take the
-  few cores from the script; on GPU instances, with cores to spare, torch's own warm-up stays. (Hashing Inductor's
+  few cores from the script; on GPU instances, with cores to spare, torch's own warm-up stays. Inductor's hashes of
+  torch's and Triton's sources are kept per installation in the cache folder (source_keys.py). (Hashing Inductor's
   cache keys in a background thread from the script's start, torch 2.14's `prefetch()`, was left out: with it, on
   the 2-core CPU, the script's own start ran slower, its tokenization 33-fold, and a warm Trainer job's first step
   came 15.2 s after eager's instead of 3.5 s; docs/compile-time.md.)
@@ -40,7 +41,7 @@ from ..options import WorkerOptions
 from ..patching import arm_change
 from ..script import Program
 from ..setting_names import DEFAULTS_OFF, setting
-from . import regional, vec_isa
+from . import regional, source_keys, vec_isa
 from .named_settings import REGIONAL_OFF
 
 log = logging.getLogger("opentc_launcher")
@@ -53,7 +54,8 @@ OPTIONAL_DEFAULTS = MappingProxyType({
     "vec_isa": "on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU",
     "job_id": "Dynamo keeps its profile of the dimensions that vary, from one job of a lineage to the next",
     "logging": "transformers' once-only log calls inside compiled code no longer break the graph",
-    "warm_start": "a warm job starts sooner: compile workers started only when needed on CPUs",
+    "warm_start": "a warm job starts sooner: compile workers started only when needed on CPUs, torch's source "
+                  "hashes kept per installation",
     PROGRESS: PROGRESS_DOES,
 })
 WARM_POOL_VARIABLE = "TORCH_WARM_POOL"
@@ -93,6 +95,7 @@ class CompileTimeDefaults:
         self._proves_here = False                  # this worker runs the host's check (its local rank 0)
         self._prover: vec_isa.Prover | None = None   # that check, running from the worker's start
         self._ask_ahead = False                    # a proof holds: torch's list of the sets asked from Dynamo's import
+        self._source_keys: source_keys.SourceKeys | None = None
         self._asked: vec_isa.AskedAhead | None = None
         self._first_compile_done = False
 
@@ -111,7 +114,7 @@ class CompileTimeDefaults:
         if "job_id" not in self.state:
             self._set(environ, "job_id", JOB_ID_VARIABLE, lineage_id(program, identity.world_size, self.options.device))
         if "warm_start" not in self.state:
-            self._warm_start(environ)
+            self._warm_start(environ, cache_folder)
         if PROGRESS not in self.state:
             seconds = self.options.compile_progress_seconds
             self.state[PROGRESS] = (f"on: a line every {seconds} s while a compile lasts longer" if seconds else
@@ -166,12 +169,14 @@ class CompileTimeDefaults:
             log.info("%s: this accelerate has no compile_regions to refine: its own regional compilation runs",
                      self.process)
 
-    def _warm_start(self, environ: MutableMapping[str, str]) -> None:
+    def _warm_start(self, environ: MutableMapping[str, str], cache_folder: str) -> None:
         if self.options.device == "cpu":
             self._set(environ, "warm_start", WARM_POOL_VARIABLE, "0")
         else:
-            self.state["warm_start"] = ("not needed: torch's own warm-up of its compile workers stays on "
-                                        f"{self.options.device}")
+            self.state["warm_start"] = f"on: torch's own warm-up of its compile workers stays on {self.options.device}"
+        if cache_folder:
+            self._source_keys = source_keys.SourceKeys(cache_folder)
+            self.state["warm_start"] += "; torch's source hashes kept per installation in the cache folder"
 
     def _vec_isa(self, environ: MutableMapping[str, str], cache_folder: str, identity: WorkerIdentity) -> None:
         if self.options.device != "cpu":
@@ -219,6 +224,8 @@ class CompileTimeDefaults:
         self._first_compile_done = True
         if self._asked is not None:
             self._take_the_sets_asked(self._asked)
+        if self._source_keys is not None:
+            self._give_source_keys(self._source_keys)
         if self._prove_in is not None:
             self._take_the_proof(self._prove_in, self._vec_isa_key)
         if "logging" in self.state and self.state["logging"].startswith("on"):
@@ -255,6 +262,23 @@ class CompileTimeDefaults:
             config.cpp.vec_isa_ok = True
         self.state["vec_isa"] = (f"on: proven {where}, the proof kept for later jobs" if found
                                  else "not used: a set the CPU reports failed torch's check")
+
+    def after_first_compile(self) -> None:
+        """At the end of the process's first compilation: what it computed once, kept for the next job."""
+        keys, self._source_keys = self._source_keys, None
+        if keys is not None:
+            try:
+                keys.keep()
+            except Exception as e:  # noqa: BLE001  (torch's internals: the next job hashes, as without it)
+                log.info("%s: torch's source hashes not kept (%s: %s)", self.process, type(e).__name__, e)
+
+    def _give_source_keys(self, keys: source_keys.SourceKeys) -> None:
+        started = time.monotonic()
+        try:
+            words = keys.give()
+        except Exception as e:  # noqa: BLE001  (torch's internals: torch hashes its sources, as without it)
+            words = f"hashed here ({type(e).__name__}: {e})"
+        log.info("%s: torch's source hashes %s (%.2f s)", self.process, words, time.monotonic() - started)
 
     def _take_the_sets_asked(self, asked: vec_isa.AskedAhead) -> None:
         waited = time.monotonic()

@@ -311,6 +311,8 @@ class InductorSession(WorkerSession):
 
     def _compile_ended(self, *_args: Any) -> None:
         self.progress.ended()
+        if not self.compile_seconds:
+            self.defaults.after_first_compile()
         if self._compiling_since is not None:
             self.compile_seconds.append(round(time.monotonic() - self._compiling_since, 3))
             self._compiling_since = None
