@@ -178,10 +178,11 @@ def test_the_vector_check_is_skipped_only_on_a_proof_for_this_machine(tmp_path):
     gpu = configured(tmp_path, environ, device="cuda")
     assert gpu.state["vec_isa"] == "not needed: no CPU kernels on cuda"
     assert "TORCH_WARM_POOL" not in environ                           # cores to spare: torch's own warm-up
-    assert gpu.state["warm_start"] == ("on: torch's own warm-up of its compile workers stays on cuda; torch's source "
-                                       "hashes kept per installation in the cache folder")
+    assert gpu.state["warm_start"] == ("on: torch's source hashes kept per installation in the cache folder; torch's "
+                                       "own warm-up of its compile workers stays on cuda")
     assert configured(tmp_path, {}, device="cuda").state["warm_start"] == (
-        "on: torch's own warm-up of its compile workers stays on cuda")   # no cache folder to keep them in
+        "not needed: torch's own warm-up of its compile workers stays on cuda, and there is no cache folder to keep "
+        "hashes in")
 
 
 @pytest.mark.parametrize("content", [

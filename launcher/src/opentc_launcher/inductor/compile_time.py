@@ -170,13 +170,19 @@ class CompileTimeDefaults:
                      self.process)
 
     def _warm_start(self, environ: MutableMapping[str, str], cache_folder: str) -> None:
+        kept = "torch's source hashes kept per installation in the cache folder"
         if self.options.device == "cpu":
             self._set(environ, "warm_start", WARM_POOL_VARIABLE, "0")
+            if cache_folder:
+                self.state["warm_start"] += f"; {kept}"
+        elif cache_folder:
+            self.state["warm_start"] = f"on: {kept}; torch's own warm-up of its compile workers stays on " \
+                                       f"{self.options.device}"
         else:
-            self.state["warm_start"] = f"on: torch's own warm-up of its compile workers stays on {self.options.device}"
+            self.state["warm_start"] = ("not needed: torch's own warm-up of its compile workers stays on "
+                                        f"{self.options.device}, and there is no cache folder to keep hashes in")
         if cache_folder:
             self._source_keys = source_keys.SourceKeys(cache_folder)
-            self.state["warm_start"] += "; torch's source hashes kept per installation in the cache folder"
 
     def _vec_isa(self, environ: MutableMapping[str, str], cache_folder: str, identity: WorkerIdentity) -> None:
         if self.options.device != "cpu":
