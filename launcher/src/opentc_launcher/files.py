@@ -69,3 +69,16 @@ def strict_json(value: Any, indent: int | None = None) -> str:
 def write_json(path: str, value: Any, indent: int | None = None) -> None:
     """`value` as strict JSON, written atomically. Raises OSError."""
     write_atomically(path, strict_json(value, indent))
+
+
+def read_json_object(path: str, max_bytes: int) -> dict | None:
+    """The JSON object in a file this project wrote where another party may have changed it (the cache folder comes
+    back from S3): None when it is missing, unreadable, over `max_bytes`, not UTF-8 JSON, nested too deep, or not an
+    object. Its fields are the caller's to check."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+        value = json.loads(raw.decode("utf-8")) if len(raw) <= max_bytes else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import logging
 import os
 from collections.abc import Iterator
 from typing import Any
 
-from ..files import write_json
+from ..files import read_json_object, write_json
 
 log = logging.getLogger("opentc_launcher")
 
@@ -67,16 +66,6 @@ def _caches(codecache: Any) -> tuple[Any, Any] | None:
     return keys if all(callable(getattr(key, "set", None)) for key in keys) else None
 
 
-def _read(folder: str) -> dict | None:
-    try:
-        with open(os.path.join(folder, KEYS_FILE), "rb") as f:
-            raw = f.read(MAX_KEYS_BYTES + 1)
-        kept = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_KEYS_BYTES else None
-    except (OSError, ValueError, RecursionError):
-        return None
-    return kept if isinstance(kept, dict) else None
-
-
 def _valid(kept: dict) -> bool:
     """The file comes back from S3 with the cache folder: its shape is checked before torch is given anything."""
     torch_key, triton_key = kept.get("torch_key"), kept.get("triton_key")
@@ -107,7 +96,7 @@ class SourceKeys:
         if caches is None:
             return "not on this torch: its source hashes cannot be given ahead"
         self.installation = installation()
-        kept = _read(self.folder)
+        kept = read_json_object(os.path.join(self.folder, KEYS_FILE), MAX_KEYS_BYTES)
         if kept is None or kept.get("installation") != self.installation or not _valid(kept):
             return "hashed here: none kept for this installation yet"
         torch_key, triton_key = caches

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.metadata as metadata
-import json
 import logging
 import os
 import platform
@@ -41,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
-from ..files import write_json
+from ..files import read_json_object, write_json
 
 log = logging.getLogger("opentc_launcher")
 
@@ -93,13 +92,8 @@ def proven(folder: str, key: Mapping[str, str]) -> bool | None:
     (unreadable, too large, nested too deep, without its true/false `proven`): the check then runs and proves anew,
     which writes a good proof over it. The file is in the job's cache folder, which comes back from S3: its shape is
     never trusted."""
-    try:
-        with open(os.path.join(folder, PROOF_FILE), "rb") as f:
-            raw = f.read(MAX_PROOF_BYTES + 1)
-        proof = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_PROOF_BYTES else None
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(proof, dict) or proof.get("key") != dict(key) or not isinstance(proof.get("proven"), bool):
+    proof = read_json_object(os.path.join(folder, PROOF_FILE), MAX_PROOF_BYTES)
+    if proof is None or proof.get("key") != dict(key) or not isinstance(proof.get("proven"), bool):
         return None
     return proof["proven"]
 
