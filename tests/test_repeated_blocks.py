@@ -130,3 +130,39 @@ def test_t5s_kinds_recompiling_the_block_are_not_taken_for_a_per_layer_value():
                "0/2: KeyError on self._modules['layer']._modules['0']._modules['SelfAttention']._modules["
                "'relative_attention_bias']"]
     assert per_layer_finding([{"function": "forward", "where": where, "reason": r} for r in reasons], "-") is None
+
+
+def test_accelerates_mixed_precision_wrapper_leaves_the_head_eager_and_the_report_says_so():
+    """A bf16 or fp16 Trainer or Accelerate job: Accelerator.prepare_model wraps the model's forward (autocast, the
+    outputs made fp32) before it compiles regionally, with accelerate's own functions, as below. A region around
+    that forward would trace accelerate's wrapper, so the head stays eager (as it did on the H200, where the compile
+    report still said `head: on`): the blocks compile, and the compile-time defaults' state names why."""
+    from types import MethodType
+
+    from accelerate.utils import convert_outputs_to_fp32
+
+    from opentc_launcher.inductor.compile_time import CompileTimeDefaults
+    from opentc_launcher.options import WorkerOptions
+
+    model = tiny_t5(2)
+    model._original_forward = model.forward                        # what prepare_model does with native AMP (its
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)         # get_mixed_precision_context_manager's, which
+    model.forward = MethodType(autocast(model.forward.__func__), model)   # needs an Accelerator made first)
+    model.forward = MethodType(convert_outputs_to_fp32(model.forward.__func__), model)
+    defaults = CompileTimeDefaults(WorkerOptions(backend="inductor", device="cpu"), "rank0")
+    defaults.state["regional"] = "on: ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=true"   # as configure() sets them
+    defaults.state["head"] = defaults._head_state()
+    assert defaults.state["head"].startswith("on: ")
+    stand_in = types.SimpleNamespace(compile_regions=lambda model, **kwargs: model)   # accelerate.accelerator's name
+    defaults._refine_accelerate(stand_in, head=True)
+    assert stand_in.compile_regions(model) is model
+    assert all(compiled(block) for block in [*model.encoder.block, *model.decoder.block]) and not compiled(model)
+    why = "accelerate's mixed precision wraps its forward (autocast, its outputs made fp32)"
+    assert defaults.state["head"].endswith(f"; left eager where asked: {why}"), defaults.state
+    assert defaults.state["regional"] == "on: ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=true"
+
+    plain = tiny_t5(2)                                             # fp32: no wrapper, the head is a region
+    defaults._refine_accelerate(stand_in, head=True)
+    stand_in.compile_regions(plain)
+    assert compiled(plain) and type(plain.encoder.forward).__name__ == BOUNDARY_NAME
+    assert defaults.state["head"].count("left eager where asked") == 1

@@ -150,7 +150,7 @@ class CompileTimeDefaults:
         arm_change(regional.ACCELERATE_COMPILE_REGIONS,
                    lambda accelerator: self._refine_accelerate(accelerator, head))
         arm_change(regional.TORCH_COMPILE,
-                   lambda torch: regional.patch_torch_compile(torch, self._note_regional, head))
+                   lambda torch: regional.patch_torch_compile(torch, self._note_regional, head, self._note_head_left))
 
     def _head_state(self) -> str:
         regional_state = self.state["regional"]
@@ -164,8 +164,14 @@ class CompileTimeDefaults:
         if words not in self.state["regional"]:          # a script may compile the same model again
             self.state["regional"] += f"; {words}"
 
+    def _note_head_left(self, why: str) -> None:
+        # The state said "on" before the model was seen: say where it could not be, as the report's reader needs it
+        note = f"; left eager where asked: {why}"
+        if self.state.get("head", "").startswith("on") and note not in self.state["head"]:
+            self.state["head"] += note
+
     def _refine_accelerate(self, accelerator: ModuleType, head: bool) -> None:
-        if not regional.patch_accelerator(accelerator, head):
+        if not regional.patch_accelerator(accelerator, head, head_left=self._note_head_left):
             log.info("%s: this accelerate has no compile_regions to refine: its own regional compilation runs",
                      self.process)
 

@@ -34,8 +34,9 @@ It differs from accelerate's in five ways:
   where the compiled forward breaks and resumes, so the region costs one graph (two for an encoder-decoder) whatever
   the depth. Inside the trunk, what precedes the first block and follows the last (the embeddings, the final norm)
   stays eager: it shares one forward with the loop over the blocks, and a region around that would be the whole
-  trunk. A model whose own forward runs its blocks (their list is its child, as in nanoGPT) keeps its head eager.
-  Left off by name (`head`, compile_time.py).
+  trunk. A model whose own forward runs its blocks (their list is its child, as in nanoGPT) keeps its head eager,
+  and so does one whose forward something replaced or hooks (FSDP, accelerate's dispatch, accelerate's mixed
+  precision: a bf16 or fp16 Trainer job's), which the region would trace. Left off by name (`head`, compile_time.py).
 - A model that builds a per-layer cache in training (transformers' `config.use_cache`, true by default), or has
   no repeated blocks, is compiled whole, as accelerate does without the variable: with the cache each block reads
   its own layer's entry, so Dynamo would compile the block once per layer and, past its recompile limit (8), run
@@ -143,6 +144,9 @@ def trunks_of(model: Any) -> tuple[list[str], str]:
     trunks = [(name, child) for name, child in children if _has_repeated_blocks(child)]
     if not trunks:
         return [], "the model's blocks are deeper than its children"
+    if getattr(model, "_original_forward", None) is not None and "forward" in vars(model):
+        # Accelerator.prepare_model keeps the forward it wraps there (its mixed precision: autocast, outputs to fp32)
+        return [], "accelerate's mixed precision wraps its forward (autocast, its outputs made fp32)"
     if _hooked(model) or any(_hooked(child) for _, child in trunks):
         return [], "a hook replaces or wraps its forward or its blocks' part's"
     return [name for name, _ in trunks], ""
@@ -178,9 +182,11 @@ def compile_regions(model: Any, head: bool, **compile_kwargs: Any) -> InPlace:
     return done
 
 
-def compile_blocks(model: Any, *, head: bool = True, **compile_kwargs: Any) -> Any:
+def compile_blocks(model: Any, *, head: bool = True, noted: Callable[[str], None] | None = None,
+                   head_left: Callable[[str], None] | None = None, **compile_kwargs: Any) -> Any:
     """What Accelerator.prepare_model calls for regional compilation (the module's docstring): the model itself,
-    compiled in place, or the whole model compiled (a new wrapper) where regional compilation cannot help."""
+    compiled in place, or the whole model compiled (a new wrapper) where regional compilation cannot help. `noted`
+    receives what was done, `head_left` why the head was left eager where it was asked for (for the compile report)."""
     import torch
 
     reason = _whole_reason(model, "accelerator.prepare to compile it regionally (the Trainer does this itself)")
@@ -188,18 +194,29 @@ def compile_blocks(model: Any, *, head: bool = True, **compile_kwargs: Any) -> A
         log.info("regional compilation: %s", reason)
         return unpatched_compile(torch)(model, **compile_kwargs)
     done = compile_regions(_wrapped(model), head, **compile_kwargs)
-    log.info("regional compilation: %d repeated blocks compiled in place, %s, %s", done.blocks, done.sharing(),
-             done.rest())
+    words = f"{done.blocks} repeated blocks compiled in place, {done.sharing()}, {done.rest()}"
+    log.info("regional compilation: %s", words)
+    _tell(done, words, noted, head_left)
     return model
 
 
-def patch_accelerator(accelerator: ModuleType, head: bool = True) -> bool:
+def _tell(done: InPlace, words: str, noted: Callable[[str], None] | None,
+          head_left: Callable[[str], None] | None) -> None:
+    if noted is not None:
+        noted(words)
+    if head_left is not None and done.head_left:
+        head_left(done.head_left)
+
+
+def patch_accelerator(accelerator: ModuleType, head: bool = True, noted: Callable[[str], None] | None = None,
+                      head_left: Callable[[str], None] | None = None) -> bool:
     """Make Accelerator.prepare_model (accelerate.accelerator's own name compile_regions) call compile_blocks, with
-    the head compiled or not. False when this accelerate has no compile_regions there: its own regional compilation,
-    if any, runs."""
+    the head compiled or not (`noted` and `head_left` as compile_blocks has them). False when this accelerate has no
+    compile_regions there: its own regional compilation, if any, runs."""
     if not callable(getattr(accelerator, "compile_regions", None)):
         return False
-    set_once(accelerator, "compile_regions", functools.partial(compile_blocks, head=head))
+    set_once(accelerator, "compile_regions",
+             functools.partial(compile_blocks, head=head, noted=noted, head_left=head_left))
     return True
 
 
@@ -229,7 +246,8 @@ def unpatched_compile(torch_module: ModuleType) -> Any:
     return compile.__wrapped__ if getattr(compile, "__opentc_patch__", False) else compile
 
 
-def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None], head: bool = True) -> None:
+def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None], head: bool = True,
+                        head_left: Callable[[str], None] | None = None) -> None:
     """torch.compile(model) of a module with repeated blocks compiles them in place (why_whole), with `head` the
     model's own forward around them too (compile_regions), and returns what torch would have: a wrapper whose
     `_orig_mod` is the model (state_dict names with `_orig_mod.`, accelerate and transformers unwrap it), here one
@@ -248,7 +266,7 @@ def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None], 
         words = (f"torch.compile({type(model).__name__}) compiled its {done.blocks} repeated blocks in place, "
                  f"{done.sharing()}, {done.rest()}")
         log.info("regional compilation: %s", words)
-        noted(words)
+        _tell(done, words, noted, head_left)
         return torch_module.compiler.disable(model)
 
     replace_once(torch_module, "compile", compile)
