@@ -61,6 +61,7 @@ OPTIONAL_DEFAULTS = MappingProxyType({
 WARM_POOL_VARIABLE = "TORCH_WARM_POOL"
 JOB_ID_VARIABLE = "TORCH_COMPILE_JOB_ID"
 ONCE_ONLY_LOG_CALLS = ("warning_once", "info_once")   # transformers adds them to logging.Logger
+HEAD_LEFT = "left eager where asked: "   # in the head's state, before why (dev/gpu-kit reads it from the report)
 ASKED_AT_THE_END_SECONDS = 10.0   # a script that never compiled: its list of the sets takes a few seconds at most
 
 
@@ -166,7 +167,7 @@ class CompileTimeDefaults:
 
     def _note_head_left(self, why: str) -> None:
         # The state said "on" before the model was seen: say where it could not be, as the report's reader needs it
-        note = f"; left eager where asked: {why}"
+        note = f"; {HEAD_LEFT}{why}"
         if self.state.get("head", "").startswith("on") and note not in self.state["head"]:
             self.state["head"] += note
 
