@@ -186,32 +186,3 @@ def test_the_rehearsal_runs_like_for_like_through_the_kit_within_its_budget(pack
                     rows[4])
     assert "- The Trainer's step over the plain loop's at the same shape (the goal: within 1.10x): eager " in figures
 
-
-def test_a_trainer_rows_name_says_where_the_head_was_left_eager(tmp_path):
-    """The kit's row for a job that asked for the head region says so where the job's compile report says the head
-    was left eager (a bf16 Trainer job on the H200: accelerate wraps its forward), read from a report as the launcher
-    writes it; the kit, standard library only, keeps its own copy of the words."""
-    import importlib.machinery
-    import importlib.util
-
-    from opentc_launcher.inductor.compile_time import HEAD_LEFT
-
-    loader = importlib.machinery.SourceFileLoader("opentc_gpu_kit", str(REPO / "dev" / "gpu-kit"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    gpu_kit = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = gpu_kit                  # its dataclasses look their module up there
-    try:
-        loader.exec_module(gpu_kit)
-    finally:
-        del sys.modules[loader.name]
-    assert gpu_kit.HEAD_LEFT == HEAD_LEFT
-    job = tmp_path / "like-head"
-    assert gpu_kit.compiled_head(job) is None                                    # no report: nothing said
-    (job / gpu_kit.REPORT).parent.mkdir(parents=True)
-    why = "accelerate's mixed precision wraps its forward (autocast, its outputs made fp32)"
-    state = f"on: the model's own forward around its blocks (output layer, loss) as one region; {HEAD_LEFT}{why}"
-    (job / gpu_kit.REPORT).write_text(json.dumps({"compile_time_defaults": {"head": state}}))
-    assert gpu_kit.compiled_head(job) == state
-    assert gpu_kit.head_left({"head": state}) == f" (the head left eager: {why})"
-    assert gpu_kit.head_left({"head": "on: the model's own forward around its blocks"}) == ""
-    assert gpu_kit.head_left(None) == ""

@@ -415,3 +415,22 @@ def test_a_python_that_is_not_there_is_one_line(command, capsys):
     said = capsys.readouterr().err
     assert said == (f"dev/gpu-kit {command[0]}: --python /missing/python3 is not a Python this can run: give the path "
                     f"of a python executable (or a name on PATH)\n")
+
+
+def test_a_trainer_rows_name_says_where_the_head_was_left_eager(tmp_path):
+    """The kit's row for a job that asked for the head region says so where the job's compile report says the head
+    was left eager (a bf16 Trainer job on the H200: accelerate wraps its forward), read from a report as the launcher
+    writes it; the kit, standard library only, keeps its own copy of the words."""
+    from opentc_launcher.inductor.compile_time import HEAD_LEFT
+
+    assert kit.HEAD_LEFT == HEAD_LEFT
+    job = tmp_path / "like-head"
+    assert kit.compiled_head(job) is None                                    # no report: nothing said
+    (job / kit.REPORT).parent.mkdir(parents=True)
+    why = "accelerate's mixed precision wraps its forward (autocast, its outputs made fp32)"
+    state = f"on: the model's own forward around its blocks (output layer, loss) as one region; {HEAD_LEFT}{why}"
+    (job / kit.REPORT).write_text(json.dumps({"compile_time_defaults": {"head": state}}))
+    assert kit.compiled_head(job) == state
+    assert kit.head_left({"head": state}) == f" (the head left eager: {why})"
+    assert kit.head_left({"head": "on: the model's own forward around its blocks"}) == ""
+    assert kit.head_left(None) == ""
