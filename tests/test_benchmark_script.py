@@ -26,6 +26,28 @@ def test_worker_measures_one_configuration():
     assert result["device"] == "cpu" and result["median_step_s"] > 0 and result["tokens_per_s"] > 0
 
 
+def test_the_trainers_step_profile_says_where_a_cpu_steps_host_time_went(tmp_path):
+    """benchmarks/trainer_step_profile.py (dev/gpu-kit's figure 9) through opentc-run, as a job's worker runs, on
+    the CPU: the Trainer's steps timed, torch's profile of one window (no device here: no busy time, no CUDA call)
+    and Python's of the next, whose largest self times include the backward pass the Trainer runs."""
+    script = REPO / "benchmarks" / "trainer_step_profile.py"
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "opentc-run"), "--standalone", "--nproc-per-node", "1",
+                           "--backend", "eager", "--device", "cpu", str(script), "--steps", "16", "--window", "3",
+                           "--output-dir", str(tmp_path / "out")],
+                          env=clean_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("BENCH_RESULT "))
+    result = json.loads(line.split(" ", 1)[1])
+    assert result["device"] == "cpu" and result["window_steps"] == 3
+    assert result["median_step_s"] > 0 and result["window_step_s"] > 0 and result["profiled_step_s"] > 0
+    assert result["device_busy_step_s"] is None and result["device_busy_share"] is None
+    assert result["synchronizing_calls_a_step"] == {} and result["kernel_launches_a_step"] == 0
+    assert len(result["host_top_torch"]) == len(result["host_top_python"]) == 12
+    assert any("run_backward" in row["function"] for row in result["host_top_python"]), result["host_top_python"]
+    assert all(row["self_ms_a_step"] >= 0 for row in result["host_top_torch"])
+
+
 def test_on_a_gpu_the_plain_loop_counts_cudas_synchronizing_calls_but_not_its_own(monkeypatch):
     """bench_worker counts, in each measured step on a GPU, CUDA's synchronizing calls as torch reports them under
     torch.cuda.set_sync_debug_mode("warn") (a warning each), with the debug mode off around the loop's own

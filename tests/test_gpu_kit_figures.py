@@ -89,6 +89,7 @@ LAYOUT = kit.Layout("python3", "/tmp/work", "/tmp/out")
     ({4, 7}, ["clm-off", "clm-inductor", "clm-table", "nested"]),
     ({5}, ["largest-eager", "largest-inductor"]),
     ({8}, ["ddp-eager", "ddp-inductor"]),
+    ({9}, ["profile-eager", "profile-inductor", "profile-whole"]),
 ])
 def test_run_figures_picks_the_install_steps_then_the_figures_asked_for_in_order(figures, expected):
     steps = kit.steps(LAYOUT, 2, kit.GPU)
@@ -434,3 +435,32 @@ def test_a_trainer_rows_name_says_where_the_head_was_left_eager(tmp_path):
     assert kit.head_left({"head": state}) == f" (the head left eager: {why})"
     assert kit.head_left({"head": "on: the model's own forward around its blocks"}) == ""
     assert kit.head_left(None) == ""
+
+
+def test_figure_nines_table_says_how_busy_the_device_was_and_what_the_host_did():
+    """Made-up figures in trainer_step_profile.py's form (its real run on the CPU: tests/test_benchmark_script.py):
+    each profiled run's steps, the device's busy time and share, its synchronizing calls and kernel launches, and the
+    host's four largest Python self times; a run that did not finish has no row, and none at all gives no table."""
+    def profiled(step_s, busy_s, syncs):
+        return {"median_step_s": step_s, "window_step_s": step_s * 1.1, "device_busy_step_s": busy_s,
+                "device_busy_share": busy_s / (step_s * 1.1), "synchronizing_calls_a_step": syncs,
+                "kernel_launches_a_step": 412.0,
+                "host_top_python": [{"function": f"trainer.py:{n}(f{n})", "self_ms_a_step": 5.0 - n,
+                                     "calls_a_step": 1.0} for n in range(6)]}
+
+    results = {"gpu": "NVIDIA H200", "steps": [
+        {"key": "profile-eager", "step": "where the Trainer's step goes, eager", "status": "ok", "expected_s": 45,
+         "seconds": 30, "result": profiled(0.033, 0.031, {"cudaStreamSynchronize": 1.0})},
+        {"key": "profile-inductor", "step": "where the Trainer's step goes, Inductor's defaults", "status": "ok",
+         "expected_s": 60, "seconds": 40, "result": profiled(0.0295, 0.0165, {})},
+        {"key": "profile-whole", "step": "where the Trainer's step goes, Inductor on the whole model",
+         "status": "stopped at its bound", "expected_s": 90}]}
+    lines = kit.profile_table(results)
+    rows = [line for line in lines if line.startswith("| where")]
+    assert rows == [
+        "| where the Trainer's step goes, eager | 33.0 | 36.3 | 31.0 | 85% | cudaStreamSynchronize 1 | 412 | "
+        "trainer.py:0(f0) 5.0; trainer.py:1(f1) 4.0; trainer.py:2(f2) 3.0; trainer.py:3(f3) 2.0 |",
+        "| where the Trainer's step goes, Inductor's defaults | 29.5 | 32.5 | 16.5 | 51% | 0 | 412 | "
+        "trainer.py:0(f0) 5.0; trainer.py:1(f1) 4.0; trainer.py:2(f2) 3.0; trainer.py:3(f3) 2.0 |"]
+    assert "\n".join(lines) in kit.summary(results)
+    assert kit.profile_table({"steps": results["steps"][2:]}) == []
