@@ -182,11 +182,11 @@ def compile_regions(model: Any, head: bool, **compile_kwargs: Any) -> InPlace:
     return done
 
 
-def compile_blocks(model: Any, *, head: bool = True, noted: Callable[[str], None] | None = None,
-                   head_left: Callable[[str], None] | None = None, **compile_kwargs: Any) -> Any:
+def compile_blocks(model: Any, *, head: bool = True, head_left: Callable[[str], None] | None = None,
+                   **compile_kwargs: Any) -> Any:
     """What Accelerator.prepare_model calls for regional compilation (the module's docstring): the model itself,
-    compiled in place, or the whole model compiled (a new wrapper) where regional compilation cannot help. `noted`
-    receives what was done, `head_left` why the head was left eager where it was asked for (for the compile report)."""
+    compiled in place, or the whole model compiled (a new wrapper) where regional compilation cannot help.
+    `head_left` receives why the head was left eager where it was asked for (for the compile report)."""
     import torch
 
     reason = _whole_reason(model, "accelerator.prepare to compile it regionally (the Trainer does this itself)")
@@ -194,29 +194,25 @@ def compile_blocks(model: Any, *, head: bool = True, noted: Callable[[str], None
         log.info("regional compilation: %s", reason)
         return unpatched_compile(torch)(model, **compile_kwargs)
     done = compile_regions(_wrapped(model), head, **compile_kwargs)
-    words = f"{done.blocks} repeated blocks compiled in place, {done.sharing()}, {done.rest()}"
-    log.info("regional compilation: %s", words)
-    _tell(done, words, noted, head_left)
+    log.info("regional compilation: %d repeated blocks compiled in place, %s, %s", done.blocks, done.sharing(),
+             done.rest())
+    _tell_head_left(done, head_left)
     return model
 
 
-def _tell(done: InPlace, words: str, noted: Callable[[str], None] | None,
-          head_left: Callable[[str], None] | None) -> None:
-    if noted is not None:
-        noted(words)
+def _tell_head_left(done: InPlace, head_left: Callable[[str], None] | None) -> None:
     if head_left is not None and done.head_left:
         head_left(done.head_left)
 
 
-def patch_accelerator(accelerator: ModuleType, head: bool = True, noted: Callable[[str], None] | None = None,
+def patch_accelerator(accelerator: ModuleType, head: bool = True,
                       head_left: Callable[[str], None] | None = None) -> bool:
     """Make Accelerator.prepare_model (accelerate.accelerator's own name compile_regions) call compile_blocks, with
-    the head compiled or not (`noted` and `head_left` as compile_blocks has them). False when this accelerate has no
+    the head compiled or not (`head_left` as compile_blocks has it). False when this accelerate has no
     compile_regions there: its own regional compilation, if any, runs."""
     if not callable(getattr(accelerator, "compile_regions", None)):
         return False
-    set_once(accelerator, "compile_regions",
-             functools.partial(compile_blocks, head=head, noted=noted, head_left=head_left))
+    set_once(accelerator, "compile_regions", functools.partial(compile_blocks, head=head, head_left=head_left))
     return True
 
 
@@ -266,7 +262,8 @@ def patch_torch_compile(torch_module: ModuleType, noted: Callable[[str], None], 
         words = (f"torch.compile({type(model).__name__}) compiled its {done.blocks} repeated blocks in place, "
                  f"{done.sharing()}, {done.rest()}")
         log.info("regional compilation: %s", words)
-        _tell(done, words, noted, head_left)
+        noted(words)
+        _tell_head_left(done, head_left)
         return torch_module.compiler.disable(model)
 
     replace_once(torch_module, "compile", compile)
