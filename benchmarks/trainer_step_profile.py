@@ -129,13 +129,13 @@ def torch_window(prof, seconds: float, steps: int, cuda: bool) -> dict:
     """The torch profiler's window, a step's worth: wall time, the device's busy time, synchronizing calls, kernel
     launches, and the host's largest self times among torch's events."""
     events = prof.key_averages()
-    busy_us = None
-    if cuda:
+    kernels = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    busy_us = None   # unknown, not 0, where the profiler recorded no kernel (CUPTI unavailable)
+    if cuda and kernels:
         busy_us = sum(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
-                      for e in events if str(getattr(e, "device_type", "")).endswith("CUDA"))
+                      for e in kernels)
     counts = {e.key: e.count for e in events}
-    host = sorted((e for e in events if not str(getattr(e, "device_type", "")).endswith("CUDA")),
-                  key=lambda e: e.self_cpu_time_total, reverse=True)
+    host = sorted((e for e in events if e not in kernels), key=lambda e: e.self_cpu_time_total, reverse=True)
     return {
         "window_step_s": seconds / steps,
         "device_busy_step_s": busy_us / 1e6 / steps if busy_us is not None else None,
