@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import gc
 import json
-import logging
 import os
 import resource
 import statistics
@@ -180,7 +179,9 @@ def measure(args, backend, scope, device, finish_step, world, reads, t0) -> dict
         callback.on_compile_start(lambda *_: started.append(time.perf_counter()))
         callback.on_compile_end(lambda *_: compile_seconds.append(time.perf_counter() - started.pop()))
         counters.clear()
-        skip_once_only_log_calls(torch)
+        from opentc_launcher.inductor.compile_time import skip_once_only_log_calls
+
+        skip_once_only_log_calls(torch._dynamo.config)   # the job's `logging` default: the graphs a job compiles
         model = compile_model(torch, model, scope, regional_words.append)
     if world > 1:   # after compiling: DDP(torch.compile(model)) is the order that compiles (docs/compilers.md)
         from torch.nn.parallel import DistributedDataParallel
@@ -221,16 +222,6 @@ def measure(args, backend, scope, device, finish_step, world, reads, t0) -> dict
                       compile_s=sum(compile_seconds),
                       cache_hits=int(counters["inductor"]["fxgraph_cache_hit"]))
     return result
-
-
-def skip_once_only_log_calls(torch) -> None:
-    """What a job's Inductor backend does (its `logging` default, inductor/compile_time.py): transformers' once-only
-    log calls are skipped in compiled code rather than breaking the graph (GPT-2's loss property logs one), so that a
-    measurement compiles the graphs a job compiles."""
-    from opentc_launcher.inductor.compile_time import ONCE_ONLY_LOG_CALLS
-
-    methods = [getattr(logging.Logger, m) for m in ONCE_ONLY_LOG_CALLS if hasattr(logging.Logger, m)]
-    torch._dynamo.config.ignore_logger_methods.update(methods)
 
 
 def compile_model(torch, model, scope: str, noted):

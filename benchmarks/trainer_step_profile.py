@@ -30,10 +30,8 @@ import sys
 import tempfile
 import time
 
-CONFIGS = {
-    "tiny": ({"n_layer": 2, "n_head": 2, "n_embd": 64, "n_inner": 256}, 2048),
-    "gpt2": ({"n_layer": 12, "n_head": 12, "n_embd": 768}, 50257),
-}
+from bench_worker import CONFIGS, VOCAB, VOCABS, build_model  # the plain loop's GPT-2s, built as it builds them
+
 # CUDA runtime calls after which the host has waited for the device (cudaMemcpy without Async: a copy the host waits
 # for, which waits for the work queued before it)
 SYNCHRONIZING = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
@@ -55,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--steps {args.steps}: at least 10 steps before the two windows of {args.window}")
 
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+    from transformers import Trainer, TrainerCallback, TrainingArguments
 
     cuda = torch.cuda.is_available()
-    shape, vocab = CONFIGS[args.config]
+    vocab = VOCABS.get(args.config, VOCAB)
 
     class RandomTokens(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -105,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=args.seq, resid_pdrop=0.1, embd_pdrop=0.1,
-                                       attn_pdrop=0.1, use_cache=False, **shape))
+    model = build_model(args.config, vocab, args.seq, dropout=0.1)
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="opentc-step-profile-")
     training = TrainingArguments(
         output_dir=output_dir, max_steps=args.steps, per_device_train_batch_size=args.batch, bf16=True,

@@ -65,6 +65,14 @@ HEAD_LEFT = "left eager where asked: "   # in the head's state, before why (dev/
 ASKED_AT_THE_END_SECONDS = 10.0   # a script that never compiled: its list of the sets takes a few seconds at most
 
 
+def skip_once_only_log_calls(dynamo_config: ModuleType) -> None:
+    """The `logging` default: transformers' once-only log calls (which it adds to logging.Logger, so after its import)
+    are skipped in compiled code instead of breaking the graph. bench_worker applies it too, to compile what a job
+    compiles."""
+    methods = [getattr(logging.Logger, m) for m in ONCE_ONLY_LOG_CALLS if hasattr(logging.Logger, m)]
+    dynamo_config.ignore_logger_methods.update(methods)
+
+
 def lineage_id(program: Program, world_size: int, device: str) -> str:
     """The same id for the jobs of one lineage (the same script, arguments, world size and device: a re-run, a
     restart), another for any other; torch keeps one shape profile per id and rank."""
@@ -317,8 +325,7 @@ class CompileTimeDefaults:
         try:
             import torch._dynamo.config as dynamo_config
 
-            methods = [getattr(logging.Logger, m) for m in ONCE_ONLY_LOG_CALLS if hasattr(logging.Logger, m)]
-            dynamo_config.ignore_logger_methods.update(methods)
+            skip_once_only_log_calls(dynamo_config)
         except Exception as e:  # noqa: BLE001  (a private config: the graph breaks stay, as before)
             log.warning("%s: once-only log calls still break graphs (%s: %s)", self.process, type(e).__name__, e)
 
