@@ -1,7 +1,7 @@
 """One measurement in a fresh process (so compile caches and imports never leak between measurements).
 
     python bench_worker.py --backend eager|xla|inductor --config tiny --seq 64 --batch 8 --steps 20 [--dynamic]
-                           [--cache-dir D] [--dtype bf16] [--compile whole|blocks|head] [--dropout P]
+                           [--cache-dir D] [--dtype bf16] [--compile whole|blocks|head|cudagraphs] [--dropout P]
                            [--fused-adamw] [--overlap]
     python bench_worker.py --variants eager,head,blocks,whole --config gpt2 ... (several in one process)
 
@@ -13,7 +13,9 @@ Inductor compiles the model with torch.compile (default mode), its caches in --c
 what: `whole` (default) torch's own torch.compile(model), one graph; `blocks` each repeated block in place, one graph
 shared (opentc_launcher.inductor.regional: the regional default before it compiled the head); `head` the blocks and
 the model's own forward around them (lm_head and the loss) as a region too, as the image compiles a plain script's
-torch.compile(model) now. --regional is `--compile head`.
+torch.compile(model) now; `cudagraphs` the whole model as `whole`, in torch.compile's mode "reduce-overhead" (its
+steps replayed as CUDA graphs, each step begun with torch.compiler.cudagraph_mark_step_begin(), as torch asks of a
+training loop; on a CPU torch skips the graphs and says so). --regional is `--compile head`.
 --dtype bf16 runs the forward pass under bf16 autocast (mixed precision; the weights stay float32). --dropout sets
 GPT-2's three dropouts (default 0; GPT-2's own config has 0.1). --fused-adamw: torch's fused AdamW, the Trainer's
 default optimizer on torch >= 2.8.
@@ -62,7 +64,7 @@ T5_CONFIGS = {"t5-2": 2, "t5-6": 6}
 LLAMA_CONFIGS = {"llama-2": 2}
 VOCAB = 2048
 VOCABS = {"gpt2": 50257}   # GPT-2's own; the smaller models keep a small vocabulary, as CPUs need
-SCOPES = ("whole", "blocks", "head")   # what Inductor compiles (--compile)
+SCOPES = ("whole", "blocks", "head", "cudagraphs")   # what Inductor compiles (--compile)
 VARIANTS = ("eager", *SCOPES)          # --variants: eager, or Inductor with that --compile
 SYNC_WARNING = "called a synchronizing CUDA operation"   # torch.cuda.set_sync_debug_mode("warn")'s words
 
@@ -192,7 +194,8 @@ def measure(args, backend, scope, device, finish_step, world, reads, t0) -> dict
     generator = torch.Generator().manual_seed(int(os.environ.get("RANK", "0")))
     lengths = [args.seq - 8 * (i % 8) for i in range(args.warmup + args.steps)] if args.dynamic else None
     try:
-        run = train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, reads)
+        run = train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, reads,
+                    graphs=backend == "inductor" and scope == "cudagraphs")
     except torch.cuda.OutOfMemoryError:
         reads.stop()
         return {"oom": True, "backend": backend, "compile": scope, "config": args.config, "batch": args.batch,
@@ -200,7 +203,7 @@ def measure(args, backend, scope, device, finish_step, world, reads, t0) -> dict
     first_step_end = run.pop("first_step_end")
     result = {
         "backend": backend, "compile": scope if backend == "inductor" else None,
-        "regional": backend == "inductor" and scope != "whole",
+        "regional": backend == "inductor" and scope not in ("whole", "cudagraphs"),
         "regional_words": regional_words, "config": args.config,
         "device": str(device),
         "batch": args.batch,
@@ -221,6 +224,8 @@ def measure(args, backend, scope, device, finish_step, world, reads, t0) -> dict
         result.update(graphs_compiled=int(counters["inductor"]["fxgraph_cache_miss"]),
                       compile_s=sum(compile_seconds),
                       cache_hits=int(counters["inductor"]["fxgraph_cache_hit"]))
+        if scope == "cudagraphs":   # graphs Inductor ran without CUDA graphs (a CPU's, or one it could not record)
+            result.update(cudagraph_skips=int(counters["inductor"]["cudagraph_skips"]))
     return result
 
 
@@ -229,6 +234,8 @@ def compile_model(torch, model, scope: str, noted):
     as the image's regional compilation does for a plain script's torch.compile(model) (the model itself returned)."""
     if scope == "whole":
         return torch.compile(model)
+    if scope == "cudagraphs":
+        return torch.compile(model, mode="reduce-overhead")
     from opentc_launcher.inductor.regional import compile_regions, why_whole
 
     reason = why_whole(model, {})
@@ -335,7 +342,8 @@ def build_model(name: str, vocab: int, seq: int, dropout: float = 0.0):
                                       attn_pdrop=dropout, use_cache=False, **CONFIGS[name]))
 
 
-def train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, reads) -> dict:
+def train(args, model, optimizer, autocast, generator, lengths, vocab, device, finish_step, world, reads,
+          graphs: bool = False) -> dict:
     """The measured loop: warm-up steps, then the measured ones; their median time, tokens/s, the last loss, when the
     first step ended (time.time()) and the measured steps' reads. Synchronized, each step is timed from its batch's
     copy to its synchronize; with --overlap, from the end of the step before (its batch made and copied, from pinned
@@ -358,6 +366,8 @@ def train(args, model, optimizer, autocast, generator, lengths, vocab, device, f
         if pinned:
             batch = batch.pin_memory()
         start = end if args.overlap else time.perf_counter()
+        if graphs:   # a new step: the CUDA graphs may reuse the memory of the step before's outputs
+            torch.compiler.cudagraph_mark_step_begin()
         batch = batch.to(device, non_blocking=pinned)
         with autocast:
             loss = model(input_ids=batch, labels=batch).loss

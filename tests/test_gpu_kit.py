@@ -79,7 +79,9 @@ def test_the_dry_run_shows_the_budget_and_every_step_in_order(packed):
         ("ddp-eager", "DDP over NCCL, 4 GPUs, eager"), ("ddp-inductor", "DDP over NCCL, 4 GPUs, inductor"),
         ("profile-eager", "where the Trainer's step goes, eager"),
         ("profile-inductor", "where the Trainer's step goes, Inductor's defaults"),
-        ("profile-whole", "where the Trainer's step goes, Inductor on the whole model")], found
+        ("profile-whole", "where the Trainer's step goes, Inductor on the whole model"),
+        ("graphs-plain", "CUDA graphs: the plain loop, GPT-2 small, eager and Inductor's whole model without and with "
+                         "them, in one process")], found
     # Like for like first, in one call: the install and figure 1 within the budget, by the running total
     running = {key: int(total) for key, _, _, total in found}
     assert running["like-table"] <= 480 < running["like-plain-whole"], running
@@ -103,6 +105,7 @@ def test_the_dry_run_shows_the_budget_and_every_step_in_order(packed):
     assert "opentc-run --standalone --nproc-per-node 1 --backend inductor --device cuda --defaults-off regional " \
            f"{REPO}/benchmarks/trainer_step_profile.py --config gpt2 --seq 512 --batch 8 --steps 40 --window 5" \
            in four.stdout
+    assert "--warmup 3 --steps 30 --variants eager,whole,cudagraphs" in four.stdout
     assert "$OUT receives only gpu-figures.json, gpu-figures.md, gpu-kit.log" in four.stdout
     # the rehearsal shares this machine with the test suite: its bounds are four times what a quiet machine takes
     rehearsal = kit("plan", "--gpus", "1", "--scale", "cpu")

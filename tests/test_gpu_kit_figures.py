@@ -271,7 +271,7 @@ def test_the_like_for_like_table_puts_each_trainer_job_beside_the_plain_loop_com
     assert "- The Trainer's Inductor step, before and after: 48.0 -> 27.0 ms (median)." in table
     assert "- Inductor's largest plain-loop batch (blocks and head): 264 (first that failed: 528, out of time: a " \
            "lower bound; 2 tries), MFU there 16.1% (the goal: 30%)." in table
-    assert "| the plain loop | ok | 120 (130) | 3 measurements: the like-for-like table below | | | | |" in text
+    assert "| the plain loop | ok | 120 (130) | 3 measurements: the tables below | | | | |" in text
     assert kit.like_table({"steps": [{"key": "clm-off", "status": "ok", "result": trainer(0.05)}]}, "") == []
 
 
@@ -464,3 +464,25 @@ def test_figure_nines_table_says_how_busy_the_device_was_and_what_the_host_did()
         "trainer.py:0(f0) 5.0; trainer.py:1(f1) 4.0; trainer.py:2(f2) 3.0; trainer.py:3(f3) 2.0 |"]
     assert "\n".join(lines) in kit.summary(results)
     assert kit.profile_table({"steps": results["steps"][2:]}) == []
+
+
+def test_figure_tens_table_sets_cuda_graphs_beside_eager_and_the_default_mode():
+    """Made-up figures in bench_worker's form (its real run on the CPU, where torch skips the graphs: `dev/gpu-kit
+    rehearse --steps graphs-plain`): each variant's step, its speed against eager's in the same process, its MFU,
+    compile seconds and the graphs that ran without CUDA graphs; one out of memory says so; no step, no table."""
+    def row(step_s, **more):
+        return {"median_step_s": step_s, "tokens_per_s": 4096 / step_s, "flops_per_token": 8e8, "dtype": "bf16",
+                "peak_memory_mb": 4700.0, **more}
+
+    step = {"key": "graphs-plain", "step": "CUDA graphs", "status": "ok", "expected_s": 110, "seconds": 95,
+            "variants": {"eager": row(0.032), "whole": row(0.016, compile_s=27.4),
+                         "cudagraphs": row(0.0128, compile_s=30.1, cudagraph_skips=0)}}
+    results = {"gpu": "NVIDIA H200", "steps": [step]}
+    rows = [line for line in kit.graphs_table(results, "NVIDIA H200") if line.startswith("| ") and "ms)" not in line]
+    assert rows == ["| eager | 32.0 | 128,000 | 1.00x | 10.4% | | | 4,700 |",
+                    "| whole | 16.0 | 256,000 | 2.00x | 20.7% | 27.4 | | 4,700 |",
+                    "| cudagraphs | 12.8 | 320,000 | 2.50x | 25.9% | 30.1 | 0 | 4,700 |"], rows
+    step["variants"]["cudagraphs"] = {"oom": True}
+    assert "| cudagraphs | out of memory | | | | | | |" in kit.graphs_table(results, "NVIDIA H200")
+    assert "\n".join(kit.graphs_table(results, "NVIDIA H200")) in kit.summary(results)
+    assert kit.graphs_table({"steps": []}, "NVIDIA H200") == []
