@@ -523,3 +523,28 @@ def test_the_head_is_said_as_what_regional_compilation_makes_of_it(tmp_path):
         "not needed: the whole model is compiled, its head with it (regional off)"
     assert configured(tmp_path, {}, defaults_off="head").state["head"].startswith("off (")
     assert configured(tmp_path, {}, defaults_off="head").state["regional"].startswith("on")
+
+
+def test_the_head_region_is_a_cpus_default_only(tmp_path, monkeypatch):
+    """On a GPU the head region measured slower and compiled longer (benchmarks/RESULTS.md, the H200): the state says
+    so, and regional compilation, for a Trainer's accelerate and a plain torch.compile, is armed without the head. The
+    armed changes are recorded, not made: no GPU here, and torch.compile stays torch's."""
+    from opentc_launcher.inductor import compile_time, regional
+
+    armed: dict[str, object] = {}
+    monkeypatch.setattr(compile_time, "arm_change", lambda change, make=None: armed.__setitem__(change.name, make))
+    heads: list[tuple[str, bool]] = []
+    monkeypatch.setattr(regional, "patch_torch_compile",
+                        lambda torch, noted, head, head_left: heads.append(("torch", head)))
+    monkeypatch.setattr(regional, "patch_accelerator",
+                        lambda accelerator, head, head_left: heads.append(("accelerate", head)) or True)
+    for device, head in (("cuda", False), ("cpu", True)):
+        heads.clear()
+        state = configured(tmp_path, {}, device=device).state
+        assert state["head"] == (compile_time.HEAD_ON_A_GPU if device == "cuda" else
+                                 "on: the model's own forward around its blocks (output layer, loss) compiled as one "
+                                 "region"), state
+        for make in (armed[regional.TORCH_COMPILE.name], armed[regional.ACCELERATE_COMPILE_REGIONS.name]):
+            make(object())
+        assert heads == [("torch", head), ("accelerate", head)], (device, heads)
+    assert compile_time.HEAD_ON_A_GPU.startswith("not on a GPU: ")

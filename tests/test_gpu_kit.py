@@ -59,8 +59,8 @@ def test_the_dry_run_shows_the_budget_and_every_step_in_order(packed):
         ("like-plain", "like for like: the plain loop, GPT-2 small, eager and Inductor (head, blocks) in one process"),
         ("like-eager", "like for like: the Trainer, eager (the compiler off; the sync-free step on, as the image runs "
                        "it)"),
-        ("like-head", "like for like: the Trainer, Inductor, the defaults now: the blocks and the head, the sync-free "
-                      "step"),
+        ("like-head", "like for like: the Trainer, Inductor, the defaults now: the blocks (and the head, on a CPU), "
+                      "the sync-free step"),
         ("like-before", "like for like: the Trainer, Inductor, the defaults before: the blocks only, library patches "
                         "off"),
         ("like-largest", "like for like: the plain loop's largest batch, Inductor (blocks and head), its MFU"),

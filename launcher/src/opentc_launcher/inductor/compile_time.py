@@ -6,8 +6,9 @@ default that would have set it stays out of the way.
 
 - regional: Trainer, Accelerate and plain torch.compile(model) jobs compile each kind of repeated block once
   (regional.py, repeated_blocks.py).
-- head: with regional compilation, the model's own forward around the part that holds its blocks (the output layer
-  and the loss) is compiled too, as one region (regional.py).
+- head: with regional compilation, on CPUs, the model's own forward around the part that holds its blocks (the
+  output layer and the loss) is compiled too, as one region (regional.py). Not on GPUs, where it measured slower and
+  compiled longer (HEAD_ON_A_GPU).
 - vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU, and
   that once in the background from the worker's start, beside the script's own start; on the later jobs, what torch
   still checks with the check skipped (torch 2.7's AMX set: a fresh Python process) is asked in a thread from
@@ -49,8 +50,8 @@ log = logging.getLogger("opentc_launcher")
 OPTIONAL_DEFAULTS = MappingProxyType({
     "regional": "Trainer, Accelerate and plain torch.compile(model) jobs compile each kind of repeated block once, "
                 "shared by the blocks of that kind",
-    "head": "with regional compilation, the output layer and the loss are compiled too, as one region around the "
-            "part of the model that holds the blocks",
+    "head": "with regional compilation on a CPU, the output layer and the loss are compiled too, as one region "
+            "around the part of the model that holds the blocks",
     "vec_isa": "on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU",
     "job_id": "Dynamo keeps its profile of the dimensions that vary, from one job of a lineage to the next",
     "logging": "transformers' once-only log calls inside compiled code no longer break the graph",
@@ -62,6 +63,10 @@ WARM_POOL_VARIABLE = "TORCH_WARM_POOL"
 JOB_ID_VARIABLE = "TORCH_COMPILE_JOB_ID"
 ONCE_ONLY_LOG_CALLS = ("warning_once", "info_once")   # transformers adds them to logging.Logger
 HEAD_LEFT = "left eager where asked: "   # in the head's state, before why (dev/gpu-kit reads it from the report)
+# Why the head region is a CPU's default only: the H200's plain loop, GPT-2 small in bf16 (benchmarks/RESULTS.md).
+HEAD_ON_A_GPU = ("not on a GPU: there the head region made the step slower and the compile longer (GPT-2 small on "
+                 "the H200: 34.7 against 29.9 ms a step, 12.8 against 2.7 s of compile, with the blocks alone); it "
+                 "pays on CPUs")
 ASKED_AT_THE_END_SECONDS = 10.0   # a script that never compiled: its list of the sets takes a few seconds at most
 
 
@@ -155,7 +160,7 @@ class CompileTimeDefaults:
         # tied weights (regional.py).
         if not self._set(environ, "regional", regional.VARIABLE, "true"):
             return
-        head = not self.options.is_off("head")
+        head = not self.options.is_off("head") and self.options.device == "cpu"
         arm_change(regional.ACCELERATE_COMPILE_REGIONS,
                    lambda accelerator: self._refine_accelerate(accelerator, head))
         arm_change(regional.TORCH_COMPILE,
@@ -167,6 +172,8 @@ class CompileTimeDefaults:
             return "not needed: the whole model is compiled, its head with it (regional off)"
         if not regional_state.startswith("on"):
             return "not used: accelerate's own regional compilation runs (the user's variable)"
+        if self.options.device != "cpu":
+            return HEAD_ON_A_GPU
         return "on: the model's own forward around its blocks (output layer, loss) compiled as one region"
 
     def _note_regional(self, words: str) -> None:
