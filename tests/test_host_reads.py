@@ -25,6 +25,7 @@ from opentc_launcher.host_reads import (
 from opentc_launcher.sync_free_step import (
     ALL_ONES,
     NAN_INF_FILTER,
+    _counts_parameters_once,
     _filter_on_device,
     all_ones_on_the_host,
     fast_collation,
@@ -218,6 +219,75 @@ def test_collation_through_numpy_gives_transformers_batches_or_leaves_them_to_it
         assert fast_collation(other) is None, other
 
 
+def parameter_counting_library(era: int):
+    """A stand-in for transformers.trainer (its Trainer and PreTrainedModel, the mixin that counts parameters): the
+    FLOPs counted as transformers 5's Trainer counts them, or through the model's own floating_point_ops as 4.x's
+    does, each line as written there. Its models count how often their modules are walked."""
+    import types
+
+    class ModuleUtilsMixin:
+        walks = 0
+
+        def num_parameters(self, only_trainable=False, exclude_embeddings=False):
+            ModuleUtilsMixin.walks += 1
+            return 1000 - 100 * exclude_embeddings - 10 * only_trainable
+
+        def floating_point_ops(self, input_dict, exclude_embeddings=True):
+            return 6 * input_dict["input_ids"].numel() * self.num_parameters(exclude_embeddings=exclude_embeddings)
+
+    class PreTrainedModel(ModuleUtilsMixin):
+        main_input_name = "input_ids"
+
+    class Trainer:
+        def __init__(self, model):
+            self.model = model
+
+        if era == 5:
+            def floating_point_ops(self, inputs):
+                if (main_input := getattr(self.model, "main_input_name", "input_ids")) in inputs and hasattr(
+                    self.model, "num_parameters"
+                ):
+                    return 6 * inputs[main_input].numel() * self.model.num_parameters(exclude_embeddings=True)
+                return 0
+        else:
+            def floating_point_ops(self, inputs):
+                if hasattr(self.model, "floating_point_ops"):
+                    return self.model.floating_point_ops(inputs)
+                else:
+                    return 0
+
+    return types.SimpleNamespace(Trainer=Trainer, PreTrainedModel=PreTrainedModel), ModuleUtilsMixin
+
+
+@pytest.mark.parametrize("era", [5, 4])
+def test_the_trainers_flops_count_its_models_parameters_once(era):
+    """Patched, the Trainer's FLOPs are what they were, step after step, for each model, from one count of its
+    parameters; num_parameters called anywhere else counts them every time, as it did."""
+    library, mixin = parameter_counting_library(era)
+    unpatched = [library.Trainer(library.PreTrainedModel()).floating_point_ops({"input_ids": torch.ones(4, 8)})]
+    _counts_parameters_once(library)
+    first, second = library.PreTrainedModel(), library.PreTrainedModel()
+    mixin.walks = 0
+    flops = [library.Trainer(model).floating_point_ops({"input_ids": torch.ones(4, 8)})
+             for model in (first, first, first, second, second)]
+    assert flops == unpatched * 5 == [6 * 32 * 900] * 5 and mixin.walks == 2, (flops, mixin.walks)
+    assert [first.num_parameters(exclude_embeddings=True), first.num_parameters(), second.num_parameters(True)] \
+        == [900, 1000, 990] and mixin.walks == 5
+
+
+def test_the_parameter_count_is_not_kept_where_the_trainer_counts_otherwise():
+    """A Trainer that counts its FLOPs some other way is left as it is: the patch refuses, it does not guess."""
+    from opentc_launcher.patching import TargetChanged
+
+    library, _ = parameter_counting_library(5)
+
+    def floating_point_ops(self, inputs):
+        return sum(p.numel() for p in self.model.parameters())
+    library.Trainer.floating_point_ops = floating_point_ops
+    with pytest.raises(TargetChanged, match="no longer counts its FLOPs"):
+        _counts_parameters_once(library)
+
+
 def test_a_batch_is_copied_to_a_gpu_without_waiting_and_elsewhere_as_asked():
     """accelerate's send_to_device, patched: non_blocking for a GPU whatever accelerate asked, as asked elsewhere. No
     GPU here: accelerate's own function is stood in for by one that records its arguments, on a module like its."""
@@ -270,7 +340,8 @@ def test_a_trainer_step_reads_nothing_back_with_the_patches_and_three_times_with
     job, result, summary = runs[True]
     for name in ("transformers-nan-inf-filter-on-device", "accelerate-notes-all-ones-masks",
                  "transformers-trainer-keeps-mask-facts", "transformers-masks-known-all-ones",
-                 "transformers-collation-through-numpy", "accelerate-copies-batches-without-waiting"):
+                 "transformers-collation-through-numpy", "accelerate-copies-batches-without-waiting",
+                 "transformers-trainer-counts-parameters-once"):
         assert f"library patch {name} applied" in result.output, name
     reads = summary["host_reads"]
     assert reads["per_step"] == 0 and reads["measured_steps"] == STEPS - 1, reads
@@ -289,3 +360,7 @@ def test_a_trainer_step_reads_nothing_back_with_the_patches_and_three_times_with
     losses = [json.loads((j.output / "data" / "trainer_metrics.json").read_text())["losses"]
               for j in (job, plain_job)]
     assert len(losses[0]) == STEPS // LOGGING_STEPS and losses[0] == losses[1], losses
+    # the FLOPs total from one count of the parameters, the same as from one a step
+    flos = [json.loads((j.output / "data" / "trainer_metrics.json").read_text())["total_flos"]
+            for j in (job, plain_job)]
+    assert flos[0] == flos[1] > 0, flos

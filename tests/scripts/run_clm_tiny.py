@@ -112,6 +112,7 @@ def main():
         with open(os.path.join(out, "trainer_metrics.json"), "w") as f:
             json.dump({"device": str(training_args.device), "losses": losses,
                        "train_loss": result.training_loss, "blocks": len(lm_dataset),
+                       "total_flos": trainer.state.total_flos,
                        "torch_xla_imported": "torch_xla" in sys.modules,
                        "gradient_checkpointing": trainer.model.is_gradient_checkpointing,
                        # FSDP2 (--fsdp with fsdp_version 2) leaves DTensor parameters; DDP plain ones

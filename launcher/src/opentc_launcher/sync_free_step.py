@@ -17,13 +17,16 @@ bookkeeping, the scheduler, collating the next batch) runs after the GPU's inste
 - the batch's copy to a GPU asynchronous (`non_blocking=True`; the Trainer's DataLoader pins its batches), where
   accelerate waits for it by default;
 - the default data collator's lists of token ids made into tensors through NumPy (about 4x faster for 8 x 512): with
-  no wait left, collation is what the host does beside the GPU, so it is worth making short.
+  no wait left, collation is what the host does beside the GPU, so it is worth making short;
+- the model's parameters counted once for the Trainer's FLOPs total, where it walked every module and parameter at
+  every step (about 2 ms of the host's time a step for GPT-2 small on the H200), for the same reason.
 """
 
 from __future__ import annotations
 import __future__
 
 import ast
+import contextvars
 import inspect
 import logging
 import re
@@ -348,8 +351,68 @@ COLLATION_THROUGH_NUMPY = LibraryChange(
     unpatched="collation keeps its cost",
 )
 
+
+# --- transformers: the Trainer's FLOPs, its model's parameters counted once ----------------------------------------
+# Every step the Trainer adds the step's floating-point operations to its total (current_flos, logged as total_flos):
+# 6 x the batch's tokens x model.num_parameters(exclude_embeddings=True), in Trainer.floating_point_ops (transformers
+# 5), or in the model's own floating_point_ops, which the Trainer's calls (4.x). num_parameters walks every module and
+# parameter: for GPT-2 small, 4,192 calls of named_modules a step, about 2 ms of the host's time in a GPU step of
+# 20-27 ms (benchmarks/RESULTS.md, the H200's figure 9). While the Trainer counts its FLOPs, a model's count without
+# its embeddings is taken once and kept on the model; anywhere else num_parameters counts as it always did. (A model
+# that gains or loses parameters while it trains keeps its first count in that total, a figure the Trainer only logs.)
+COUNTING_FLOS: contextvars.ContextVar[bool] = contextvars.ContextVar("opentc_counting_flos", default=False)
+PARAMETERS_KEPT = "_opentc_parameters_without_embeddings"   # in the model's __dict__, beside torch's own
+COUNTED_IN_THE_TRAINER = "num_parameters(exclude_embeddings=True)"      # transformers 5's Trainer.floating_point_ops
+COUNTED_IN_THE_MODEL = ("self.model.floating_point_ops(inputs)",        # transformers 4.x: the model's own
+                        "num_parameters(exclude_embeddings=exclude_embeddings)")
+
+
+def _counts_parameters_once(module: ModuleType) -> None:
+    trainer = getattr(module, "Trainer", None)
+    flos = getattr(trainer, "floating_point_ops", None)
+    model_class = getattr(module, "PreTrainedModel", None)
+    owner = next((c for c in getattr(model_class, "__mro__", ()) if "num_parameters" in vars(c)), None)
+    if not callable(flos) or owner is None:
+        raise TargetChanged("transformers' Trainer has no floating_point_ops, or its models no num_parameters")
+    counted_by_model = source_of(getattr(model_class, "floating_point_ops", None))
+    if COUNTED_IN_THE_TRAINER not in source_of(flos) and not (
+            COUNTED_IN_THE_MODEL[0] in source_of(flos) and COUNTED_IN_THE_MODEL[1] in counted_by_model):
+        raise TargetChanged("the Trainer no longer counts its FLOPs with num_parameters(exclude_embeddings=True)")
+    count = vars(owner)["num_parameters"]
+
+    def num_parameters(self: Any, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        if not (COUNTING_FLOS.get() and exclude_embeddings and not only_trainable):
+            return count(self, only_trainable, exclude_embeddings)
+        kept = self.__dict__.get(PARAMETERS_KEPT)
+        if kept is None:
+            kept = self.__dict__[PARAMETERS_KEPT] = count(self, only_trainable, exclude_embeddings)
+        return kept
+
+    def floating_point_ops(self: Any, inputs: Any) -> Any:
+        token = COUNTING_FLOS.set(True)
+        try:
+            return flos(self, inputs)
+        finally:
+            COUNTING_FLOS.reset(token)
+
+    replace_once(owner, "num_parameters", num_parameters, key="opentc.counts-parameters-once")
+    replace_once(trainer, "floating_point_ops", floating_point_ops, key="opentc.counts-parameters-once")
+
+
+COUNTS_PARAMETERS_ONCE = LibraryChange(
+    name="transformers-trainer-counts-parameters-once",
+    module="transformers.trainer",
+    target="transformers.trainer.Trainer.floating_point_ops and transformers.modeling_utils.ModuleUtilsMixin."
+           "num_parameters (kept while the Trainer counts its FLOPs)",
+    why="the Trainer counted its model's parameters, walking every module, at every step for its FLOPs total; they "
+        "are counted once, the same total",
+    apply=_counts_parameters_once,
+    unpatched="the Trainer's step keeps that host work",
+)
+
 PATCHES: tuple[LibraryChange, ...] = (NAN_INF_FILTER_ON_DEVICE, COPIES_WITHOUT_WAITING, NOTES_ALL_ONES_MASKS,
-                                     TRAINER_KEEPS_MASK_FACTS, MASKS_KNOWN_ALL_ONES, COLLATION_THROUGH_NUMPY)
+                                     TRAINER_KEEPS_MASK_FACTS, MASKS_KNOWN_ALL_ONES, COLLATION_THROUGH_NUMPY,
+                                     COUNTS_PARAMETERS_ONCE)
 
 
 def install(patches: tuple[LibraryChange, ...] = PATCHES) -> list[str]:
