@@ -19,7 +19,7 @@ bookkeeping, the scheduler, collating the next batch) runs after the GPU's inste
 - the default data collator's lists of token ids made into tensors through NumPy (about 4x faster for 8 x 512): with
   no wait left, collation is what the host does beside the GPU, so it is worth making short;
 - the model's parameters counted once for the Trainer's FLOPs total, where it walked every module and parameter at
-  every step (about 2 ms of the host's time a step for GPT-2 small on the H200), for the same reason.
+  every step (0.37 ms of the host's time a step for GPT-2 small on this project's CPU), for the same reason.
 """
 
 from __future__ import annotations
@@ -356,10 +356,11 @@ COLLATION_THROUGH_NUMPY = LibraryChange(
 # Every step the Trainer adds the step's floating-point operations to its total (current_flos, logged as total_flos):
 # 6 x the batch's tokens x model.num_parameters(exclude_embeddings=True), in Trainer.floating_point_ops (transformers
 # 5), or in the model's own floating_point_ops, which the Trainer's calls (4.x). num_parameters walks every module and
-# parameter: for GPT-2 small, 4,192 calls of named_modules a step, about 2 ms of the host's time in a GPU step of
-# 20-27 ms (benchmarks/RESULTS.md, the H200's figure 9). While the Trainer counts its FLOPs, a model's count without
-# its embeddings is taken once and kept on the model; anywhere else num_parameters counts as it always did. (A model
-# that gains or loses parameters while it trains keeps its first count in that total, a figure the Trainer only logs.)
+# parameter: for GPT-2 small, 4,192 calls of named_modules a step (the H200's figure 9, benchmarks/RESULTS.md), 0.37 ms
+# of the host's time a step on this project's CPU, 0.02 ms counted once (2 ms under the profiler, its own cost in
+# it). While the Trainer counts its FLOPs, a model's count without its embeddings is taken once and kept on the model;
+# anywhere else num_parameters counts as it always did. (A model that gains or loses parameters while it trains keeps
+# its first count in that total, a figure the Trainer only logs.)
 COUNTING_FLOS: contextvars.ContextVar[bool] = contextvars.ContextVar("opentc_counting_flos", default=False)
 PARAMETERS_KEPT = "_opentc_parameters_without_embeddings"   # in the model's __dict__, beside torch's own
 COUNTED_IN_THE_TRAINER = "num_parameters(exclude_embeddings=True)"      # transformers 5's Trainer.floating_point_ops
