@@ -498,13 +498,22 @@ def test_a_plain_scripts_torch_compile_is_regional_only_where_blocks_repeat():
 
     assert why_whole(Net(widths=(8, 16, 8)), {}) == "compiled whole: the model has no repeated blocks"
     assert why_whole(Net(), {"fullgraph": True}) == "compiled whole: fullgraph=True asks for one graph"
+    for graphs, words in (({"mode": "reduce-overhead"}, "mode='reduce-overhead'"),
+                          ({"mode": "max-autotune"}, "mode='max-autotune'"),
+                          ({"options": {"triton.cudagraphs": True}}, "options={'triton.cudagraphs': True}")):
+        assert why_whole(Net(), graphs) == f"compiled whole: {words} asks for CUDA graphs, measured on the whole " \
+                                           "model, not on regions", graphs
+    for regional in ({"mode": "max-autotune-no-cudagraphs"}, {"mode": "default"},
+                     {"options": {"triton.cudagraphs": False}}):
+        assert why_whole(Net(), regional) is None, regional
     cached = Net()
     cached.config = types.SimpleNamespace(use_cache=True)
     assert why_whole(cached, {}).startswith("compiled whole: model.config.use_cache is true")
     cached.config.use_cache = False
     assert why_whole(cached, {}) is None
 
-    for whole, kwargs in ((Net(widths=(8, 16, 8)), {}), (Net(), {"fullgraph": True})):
+    for whole, kwargs in ((Net(widths=(8, 16, 8)), {}), (Net(), {"fullgraph": True}),
+                          (Net(), {"mode": "reduce-overhead"})):
         result = stand_in.compile(whole, **kwargs)                                   # torch's own, whole
         assert isinstance(result, OptimizedModule) and not any(compiled(m) for m in whole.modules())
     untouched = Net()

@@ -233,7 +233,26 @@ def why_whole(model: Any, compile_kwargs: dict[str, Any]) -> str | None:
     repeated blocks and no per-layer cache, not asked for one whole graph); otherwise why it is compiled whole."""
     if compile_kwargs.get("fullgraph"):
         return "compiled whole: fullgraph=True asks for one graph"
+    graphs = asks_for_cuda_graphs(compile_kwargs)
+    if graphs:
+        return f"compiled whole: {graphs} asks for CUDA graphs, measured on the whole model, not on regions"
     return _whole_reason(model, "torch.compile to compile it regionally")
+
+
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")   # torch.compile's modes that replay the graphs as CUDA graphs
+
+
+def asks_for_cuda_graphs(compile_kwargs: dict[str, Any]) -> str:
+    """How torch.compile's arguments ask for CUDA graphs ('' where they do not): its mode, or Inductor's option.
+    The step replayed as CUDA graphs was measured whole (benchmarks/RESULTS.md, the H200's figure 10: 3.10x eager
+    against 2.20x without them); many regions, each a graph of its own between eager layers, never were."""
+    mode = compile_kwargs.get("mode")
+    if mode in CUDA_GRAPH_MODES:
+        return f"mode={mode!r}"
+    options = compile_kwargs.get("options")
+    if isinstance(options, dict) and options.get("triton.cudagraphs"):
+        return "options={'triton.cudagraphs': True}"
+    return ""
 
 
 def unpatched_compile(torch_module: ModuleType) -> Any:
