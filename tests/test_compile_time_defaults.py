@@ -440,6 +440,10 @@ def test_regional_compilation_compiles_blocks_in_place_and_leaves_single_layers_
     assert all(compiled(block) for block in model.blocks) and compiled(model.head)
     assert not compiled(model.out) and not compiled(model.embed) and not compiled(model)   # single layers: eager
     assert type(model.blocks[0]) is Block
+    graphs = Net()   # the Trainer's torch_compile_mode="reduce-overhead": CUDA graphs, the whole model as torch has it
+    whole = compile_blocks(graphs, mode="reduce-overhead")
+    assert isinstance(whole, OptimizedModule) and whole._orig_mod is graphs
+    assert not any(compiled(m) for m in graphs.modules())
 
     class Config:
         use_cache = True

@@ -189,7 +189,9 @@ def compile_blocks(model: Any, *, head: bool = True, head_left: Callable[[str], 
     `head_left` receives why the head was left eager where it was asked for (for the compile report)."""
     import torch
 
-    reason = _whole_reason(model, "accelerator.prepare to compile it regionally (the Trainer does this itself)")
+    graphs = asks_for_cuda_graphs(compile_kwargs)   # the Trainer's torch_compile_mode, for one
+    reason = CUDA_GRAPHS_WHOLE.format(graphs) if graphs else _whole_reason(
+        model, "accelerator.prepare to compile it regionally (the Trainer does this itself)")
     if reason is not None:
         log.info("regional compilation: %s", reason)
         return unpatched_compile(torch)(model, **compile_kwargs)
@@ -235,11 +237,12 @@ def why_whole(model: Any, compile_kwargs: dict[str, Any]) -> str | None:
         return "compiled whole: fullgraph=True asks for one graph"
     graphs = asks_for_cuda_graphs(compile_kwargs)
     if graphs:
-        return f"compiled whole: {graphs} asks for CUDA graphs, measured on the whole model, not on regions"
+        return CUDA_GRAPHS_WHOLE.format(graphs)
     return _whole_reason(model, "torch.compile to compile it regionally")
 
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")   # torch.compile's modes that replay the graphs as CUDA graphs
+CUDA_GRAPHS_WHOLE = "compiled whole: {} asks for CUDA graphs, measured on the whole model, not on regions"
 
 
 def asks_for_cuda_graphs(compile_kwargs: dict[str, Any]) -> str:
