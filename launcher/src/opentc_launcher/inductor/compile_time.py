@@ -160,7 +160,7 @@ class CompileTimeDefaults:
         # tied weights (regional.py).
         if not self._set(environ, "regional", regional.VARIABLE, "true"):
             return
-        head = not self.options.is_off("head") and self.options.device == "cpu"
+        head = not self.options.is_off("head") and self.options.device != "cuda"
         arm_change(regional.ACCELERATE_COMPILE_REGIONS,
                    lambda accelerator: self._refine_accelerate(accelerator, head))
         arm_change(regional.TORCH_COMPILE,
@@ -172,7 +172,7 @@ class CompileTimeDefaults:
             return "not needed: the whole model is compiled, its head with it (regional off)"
         if not regional_state.startswith("on"):
             return "not used: accelerate's own regional compilation runs (the user's variable)"
-        if self.options.device != "cpu":
+        if self.options.device == "cuda":
             return HEAD_ON_A_GPU
         return "on: the model's own forward around its blocks (output layer, loss) compiled as one region"
 
