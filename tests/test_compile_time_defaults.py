@@ -539,8 +539,8 @@ def test_the_head_is_said_as_what_regional_compilation_makes_of_it(tmp_path):
 
 
 def test_the_head_region_is_a_cpus_default_only(tmp_path, monkeypatch):
-    """On a GPU the head region measured slower and compiled longer (benchmarks/RESULTS.md, the H200): the state says
-    so, and regional compilation, for a Trainer's accelerate and a plain torch.compile, is armed without the head. The
+    """On a GPU the step measured slower with the head region (benchmarks/RESULTS.md, the H200): the state says so,
+    and regional compilation, for a Trainer's accelerate and a plain torch.compile, is armed without the head. The
     armed changes are recorded, not made: no GPU here, and torch.compile stays torch's."""
     from opentc_launcher.inductor import compile_time, regional
 

@@ -7,8 +7,8 @@ default that would have set it stays out of the way.
 - regional: Trainer, Accelerate and plain torch.compile(model) jobs compile each kind of repeated block once
   (regional.py, repeated_blocks.py).
 - head: with regional compilation, on CPUs, the model's own forward around the part that holds its blocks (the
-  output layer and the loss) is compiled too, as one region (regional.py). Not on GPUs, where it measured slower and
-  compiled longer (HEAD_ON_A_GPU).
+  output layer and the loss) is compiled too, as one region (regional.py). Not on GPUs, where the step measured
+  slower with it in three runs of three (HEAD_ON_A_GPU).
 - vec_isa: on CPUs, Inductor's check of the vector instructions runs once per torch, compiler and CPU, and
   that once in the background from the worker's start, beside the script's own start; on the later jobs, what torch
   still checks with the check skipped (torch 2.7's AMX set: a fresh Python process) is asked in a thread from
@@ -64,9 +64,8 @@ JOB_ID_VARIABLE = "TORCH_COMPILE_JOB_ID"
 ONCE_ONLY_LOG_CALLS = ("warning_once", "info_once")   # transformers adds them to logging.Logger
 HEAD_LEFT = "left eager where asked: "   # in the head's state, before why (dev/gpu-kit reads it from the report)
 # Why the head region is a CPU's default only: the H200's plain loop, GPT-2 small in bf16 (benchmarks/RESULTS.md).
-HEAD_ON_A_GPU = ("not on a GPU: there the head region made the step slower and the compile longer (GPT-2 small on "
-                 "the H200: 34.7 against 29.9 ms a step, 12.8 against 2.7 s of compile, with the blocks alone); it "
-                 "pays on CPUs")
+HEAD_ON_A_GPU = ("not on a GPU: there the head region made the step slower (GPT-2 small on the H200: 34.7 against "
+                 "29.9 ms a step with the blocks alone, and slower in all three runs); it pays on CPUs")
 ASKED_AT_THE_END_SECONDS = 10.0   # a script that never compiled: its list of the sets takes a few seconds at most
 
 
