@@ -159,7 +159,7 @@ class CompileTimeDefaults:
         # tied weights (regional.py).
         if not self._set(environ, "regional", regional.VARIABLE, "true"):
             return
-        head = not self.options.is_off("head") and self.options.device != "cuda"
+        head = not self.options.is_off("head") and not self._on_a_gpu()
         arm_change(regional.ACCELERATE_COMPILE_REGIONS,
                    lambda accelerator: self._refine_accelerate(accelerator, head))
         arm_change(regional.TORCH_COMPILE,
@@ -171,9 +171,13 @@ class CompileTimeDefaults:
             return "not needed: the whole model is compiled, its head with it (regional off)"
         if not regional_state.startswith("on"):
             return "not used: accelerate's own regional compilation runs (the user's variable)"
-        if self.options.device == "cuda":
+        if self._on_a_gpu():
             return HEAD_ON_A_GPU
         return "on: the model's own forward around its blocks (output layer, loss) compiled as one region"
+
+    def _on_a_gpu(self) -> bool:
+        # the head region's one rule of device (HEAD_ON_A_GPU): measured on a GPU only
+        return self.options.device == "cuda"
 
     def _note_regional(self, words: str) -> None:
         if words not in self.state["regional"]:          # a script may compile the same model again

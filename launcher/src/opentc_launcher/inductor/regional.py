@@ -189,9 +189,8 @@ def compile_blocks(model: Any, *, head: bool = True, head_left: Callable[[str], 
     `head_left` receives why the head was left eager where it was asked for (for the compile report)."""
     import torch
 
-    graphs = asks_for_cuda_graphs(compile_kwargs)   # the Trainer's torch_compile_mode, for one
-    reason = CUDA_GRAPHS_WHOLE.format(graphs) if graphs else _whole_reason(
-        model, "accelerator.prepare to compile it regionally (the Trainer does this itself)")
+    reason = _whole_reason(model, compile_kwargs,   # the Trainer's torch_compile_mode among them
+                           "accelerator.prepare to compile it regionally (the Trainer does this itself)")
     if reason is not None:
         log.info("regional compilation: %s", reason)
         return unpatched_compile(torch)(model, **compile_kwargs)
@@ -218,9 +217,13 @@ def patch_accelerator(accelerator: ModuleType, head: bool = True,
     return True
 
 
-def _whole_reason(model: Any, cache_off_before: str) -> str | None:
-    """Why `model` is compiled whole rather than regionally (a per-layer cache, or no repeated blocks), in words that
-    say where to turn the cache off (`cache_off_before`); None where its blocks can be compiled in place."""
+def _whole_reason(model: Any, compile_kwargs: dict[str, Any], cache_off_before: str) -> str | None:
+    """Why `model` is compiled whole rather than regionally (CUDA graphs asked for, a per-layer cache, or no repeated
+    blocks), in words that say where to turn the cache off (`cache_off_before`); None where its blocks can be
+    compiled in place."""
+    graphs = asks_for_cuda_graphs(compile_kwargs)
+    if graphs:
+        return CUDA_GRAPHS_WHOLE.format(graphs)
     if builds_per_layer_cache(model):
         return ("compiled whole: model.config.use_cache is true, so each block would read its own layer's cache "
                 f"entry and Dynamo would compile it once per layer; set model.config.use_cache = False before "
@@ -235,10 +238,7 @@ def why_whole(model: Any, compile_kwargs: dict[str, Any]) -> str | None:
     repeated blocks and no per-layer cache, not asked for one whole graph); otherwise why it is compiled whole."""
     if compile_kwargs.get("fullgraph"):
         return "compiled whole: fullgraph=True asks for one graph"
-    graphs = asks_for_cuda_graphs(compile_kwargs)
-    if graphs:
-        return CUDA_GRAPHS_WHOLE.format(graphs)
-    return _whole_reason(model, "torch.compile to compile it regionally")
+    return _whole_reason(model, compile_kwargs, "torch.compile to compile it regionally")
 
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")   # torch.compile's modes that replay the graphs as CUDA graphs
